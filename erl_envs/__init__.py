@@ -1,0 +1,41 @@
+"""erl-gym environments: text FrozenLake, Sokoban and HotpotQA for Experiential RL, and the reflection wrapper.
+
+Importing this package registers ``ERL-FrozenLake-v0``, ``ERL-Sokoban-v0`` and ``ERL-HotpotQA-v0`` with Gymnasium.
+"""
+
+from gymnasium.envs.registration import register, registry
+
+__version__ = "0.1.0"
+
+_ENVS = {
+    "ERL-FrozenLake-v0": "erl_envs.frozen_lake:FrozenLakeTextEnv",
+    "ERL-Sokoban-v0": "erl_envs.sokoban:SokobanTextEnv",
+    "ERL-HotpotQA-v0": "erl_envs.hotpotqa:HotpotQAEnv",
+}
+
+for _env_id, _entry_point in _ENVS.items():
+    if _env_id not in registry:
+        # No max_episode_steps here: each env counts its own step budget and reports it as truncation, so that
+        # the budget is an env option (the paper's 8 steps) rather than a registration constant.
+        register(id=_env_id, entry_point=_entry_point)
+
+
+def __getattr__(name):
+    # Lazy exports keep `import erl_envs` cheap (no pygame, no index building) while allowing
+    # `from erl_envs import ReflectionWrapper`.
+    lazy = {
+        "ReflectionWrapper": "erl_envs.reflection",
+        "ReflectionMemory": "erl_envs.memory",
+        "RetrievalMemory": "erl_envs.memory",
+        "RuleReflector": "erl_envs.reflectors",
+        "HFReflector": "erl_envs.reflectors",
+        "FrozenLakeTextEnv": "erl_envs.frozen_lake",
+        "SokobanTextEnv": "erl_envs.sokoban",
+        "HotpotQAEnv": "erl_envs.hotpotqa",
+        "BM25Index": "erl_envs.search",
+    }
+    if name in lazy:
+        import importlib
+
+        return getattr(importlib.import_module(lazy[name]), name)
+    raise AttributeError(f"module 'erl_envs' has no attribute {name!r}")
