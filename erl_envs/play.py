@@ -1,0 +1,114 @@
+"""Play a grid env yourself: ``python -m erl_envs.play ENV_ID [--seed N] [--mode human|ansi]``.
+
+Playing a few levels is the quickest way to see what a model sees. ``human`` mode opens a pygame window driven by
+the arrow keys; ``ansi`` mode reads replies from the terminal and hands each line to ``env.step`` unchanged, so
+``Up``, ``u`` or a reply in a triple-backtick block behave exactly as they would for a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+import gymnasium as gym
+
+import erl_envs  # noqa: F401  (registers the ERL env ids)
+from erl_envs.actions import GridAction, format_action
+
+__all__ = ["main", "play_text", "play_keyboard", "QUIT_WORDS"]
+
+# Typed lines that end a terminal session instead of going to the env.
+QUIT_WORDS = frozenset({"quit", "exit", ":q"})
+
+
+def _describe_step(reward: float, terminated: bool, truncated: bool, info: dict) -> str:
+    line = f"[reward {reward:g}] {info.get('feedback', '')}"
+    if terminated or truncated:
+        line += f"\n=== {info.get('episode_feedback', 'episode over')} ==="
+    return line
+
+
+def play_text(env: gym.Env, seed: int | None, lines: TextIO, out: TextIO) -> int:
+    """Play in the terminal until the input ends or a quit word; returns the number of finished episodes."""
+    print(f"Instructions:\n{env.unwrapped.instructions}\n", file=out)
+    print("Type a move (or quit). A new level starts when an episode ends.\n", file=out)
+    obs, _ = env.reset(seed=seed)
+    print(obs, file=out)
+    finished = 0
+    for line in lines:
+        reply = line.rstrip("\n")
+        if reply.strip().lower() in QUIT_WORDS:
+            break
+        obs, reward, terminated, truncated, info = env.step(reply)
+        print(_describe_step(reward, terminated, truncated, info), file=out)
+        print(obs, file=out)
+        if terminated or truncated:
+            finished += 1
+            obs, _ = env.reset()
+            print("\n--- new level ---", file=out)
+            print(obs, file=out)
+        out.flush()
+    return finished
+
+
+def play_keyboard(env: gym.Env, seed: int | None, out: TextIO = sys.stdout) -> int:
+    """Play with the arrow keys in the env's window (R: new level, Esc or Q: quit); returns finished episodes."""
+    try:
+        import pygame
+    except ImportError as e:
+        raise gym.error.DependencyNotInstalled("keyboard play needs pygame: `pip install pygame`") from e
+    keys = {
+        pygame.K_UP: GridAction.UP,
+        pygame.K_DOWN: GridAction.DOWN,
+        pygame.K_LEFT: GridAction.LEFT,
+        pygame.K_RIGHT: GridAction.RIGHT,
+    }
+    print("Arrow keys move, R starts a new level, Esc or Q quits.", file=out)
+    obs, _ = env.reset(seed=seed)
+    print(obs, file=out)
+    finished = 0
+    while True:
+        event = pygame.event.wait()
+        if event.type == pygame.QUIT or (event.type == pygame.KEYDOWN and event.key in (pygame.K_ESCAPE, pygame.K_q)):
+            return finished
+        if event.type != pygame.KEYDOWN:
+            continue
+        if event.key == pygame.K_r:
+            obs, _ = env.reset()
+            print("\n--- new level ---", file=out)
+            print(obs, file=out)
+            continue
+        if event.key not in keys:
+            continue
+        obs, reward, terminated, truncated, info = env.step(format_action(keys[event.key]))
+        print(_describe_step(reward, terminated, truncated, info), file=out)
+        print(obs, file=out)
+        if terminated or truncated:
+            finished += 1
+            obs, _ = env.reset()
+            print("\n--- new level ---", file=out)
+            print(obs, file=out)
+        out.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m erl_envs.play", description=__doc__.split("\n\n")[0])
+    parser.add_argument("env_id", help="e.g. ERL-FrozenLake-v0 or ERL-Sokoban-v0")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the first level (later levels follow from it)")
+    parser.add_argument("--mode", choices=("human", "ansi"), default="human",
+                        help="human: pygame window and arrow keys; ansi: type replies in the terminal")
+    args = parser.parse_args(argv)
+    env = gym.make(args.env_id, render_mode=args.mode)
+    try:
+        if args.mode == "ansi":
+            play_text(env, args.seed, sys.stdin, sys.stdout)
+        else:
+            play_keyboard(env, args.seed)
+    finally:
+        env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
