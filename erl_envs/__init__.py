@@ -25,6 +25,8 @@ def __getattr__(name):
     # `from erl_envs import ReflectionWrapper`.
     lazy = {
         "ReflectionWrapper": "erl_envs.reflection",
+        "ReflectionSyncVectorEnv": "erl_envs.reflection",
+        "ReflectionAsyncVectorEnv": "erl_envs.reflection",
         "ReflectionMemory": "erl_envs.memory",
         "RetrievalMemory": "erl_envs.memory",
         "RuleReflector": "erl_envs.reflectors",

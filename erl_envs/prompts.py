@@ -72,6 +72,23 @@ NO_REFLECTION_NOTE = (
     "follows, and do better this time."
 )
 
+# --- The reflection request: the user message of the reflect phase (its system prompt is the reflection
+# instructions above). ``ReflectionWrapper`` fills these templates; the trace lists every step of the failed attempt.
+
+REFLECTION_REQUEST = (
+    "# The instructions you were given\n{base_prompt}\n\n"
+    "# Your attempt\n{trace}\n\n"
+    "Now write the new system prompt for your next attempt inside <prompt>...</prompt>."
+)
+TRACE_STEP = (
+    "## Step {index}\nObservation:\n{observation}\nAction:\n{action}\n"
+    "Reward: {reward}. Took effect: {took_effect}. Done: {done}.\nComment: {comment}"
+)
+TRACE_OUTCOME = "## Outcome\nFinal observation:\n{final_observation}\nReturn: {total_return}\nFeedback: {feedback}"
+
+# The no_reflection ablation's second-attempt system prompt.
+NO_REFLECTION_PROMPT = "{instructions}\n\n{note}\n\n# Your previous attempt\n{trace}"
+
 STYLES = ("grid", "qa", "generic")
 
 INSTRUCTIONS = {"grid": "GRID_INSTRUCTIONS", "qa": "QA_INSTRUCTIONS", "generic": "GENERIC_INSTRUCTIONS"}

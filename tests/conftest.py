@@ -26,3 +26,10 @@ def hotpotqa_sample() -> Path:
     if not HOTPOTQA_SAMPLE.is_dir():
         pytest.skip(f"the HotpotQA sample is not at {HOTPOTQA_SAMPLE} (set ERL_SHARED to the shared/ folder)")
     return HOTPOTQA_SAMPLE
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Index caches built by tests go to a temp folder, never the user's ~/.cache."""
+    os.environ["ERL_GYM_CACHE"] = str(tmp_path_factory.mktemp("erl_gym_cache"))
+    yield
