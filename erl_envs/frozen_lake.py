@@ -56,7 +56,11 @@ def validate_map(rows: str | Sequence[str]) -> list[str]:
         else:
             rows = [_as_text(row) for row in rows]
     else:
-        rows = list(rows)
+        try:
+            rows = list(rows)
+        except TypeError:
+            raise TypeError(f"a map must be a list of row strings (or one string with newlines) of S/F/H/G, got "
+                            f"{type(rows).__name__}") from None
     if not rows:
         raise MapError("the map is empty")
     for i, row in enumerate(rows):
@@ -109,16 +113,16 @@ def _bfs_length(passable: int, height: int, width: int, start: int, goal: int, l
         return 0
     can_go_right, can_go_left = _edge_masks(height, width)
     target = 1 << goal
-    frontier = seen = 1 << start
+    frontier = 1 << start
+    unseen = passable & ~frontier  # passable cells not reached yet
     for depth in range(1, limit + 1):
         f = frontier
-        reached = (f << width) | (f >> width) | ((f & can_go_right) << 1) | ((f & can_go_left) >> 1)
-        frontier = reached & passable & ~seen
+        frontier = ((f << width) | (f >> width) | ((f & can_go_right) << 1) | ((f & can_go_left) >> 1)) & unseen
         if frontier & target:
             return depth
         if not frontier:
             return None
-        seen |= frontier
+        unseen ^= frontier
     return None
 
 
@@ -194,7 +198,11 @@ def _prepare_map(value: Any) -> tuple[str, int, int, int, int | None]:
     n = len(rows)
     flat = "".join(rows)
     start, goal = flat.index("S"), flat.index("G")
-    return flat, n, start, goal, _bfs_length(_passable_bits(flat), n, n, start, goal, n * n)
+    shortest = _bfs_length(_passable_bits(flat), n, n, start, goal, n * n)
+    if shortest is None:  # a level nobody can win teaches nothing: it is a broken map, not a hard one
+        raise MapError(f"the goal at {divmod(goal, n)} cannot be reached from the start at {divmod(start, n)} "
+                       f"without stepping on a hole")
+    return flat, n, start, goal, shortest
 
 
 _prepared_map_cached = lru_cache(maxsize=1024)(_prepare_map)
@@ -205,14 +213,17 @@ _PAIR_TABLE_MAX_CELLS = 32 * 32
 
 
 @lru_cache(maxsize=64)
-def _pair_table(n: int, budget: int) -> np.ndarray | None:
-    """All ordered pairs (start, goal) of distinct cells at most ``budget`` apart, as flat indices; None if too big."""
+def _pair_table(n: int, budget: int) -> tuple[tuple[int, int], ...] | None:
+    """All ordered pairs (start, goal) of distinct cells at most ``budget`` apart, as flat indices; None if too big.
+
+    Python ints rather than an array: a reset picks one pair, and indexing a tuple is far cheaper than an array.
+    """
     if n * n > _PAIR_TABLE_MAX_CELLS:
         return None
     r, c = np.divmod(np.arange(n * n), n)
     dist = np.abs(r[:, None] - r[None, :]) + np.abs(c[:, None] - c[None, :])
     starts, goals = np.nonzero((dist > 0) & (dist <= budget))
-    return np.stack([starts, goals], axis=1).astype(np.int32)
+    return tuple(zip(starts.tolist(), goals.tolist()))
 
 
 def _start_and_goal(rng: np.random.Generator, n: int, budget: int, u: float) -> tuple[int, int]:
@@ -223,8 +234,7 @@ def _start_and_goal(rng: np.random.Generator, n: int, budget: int, u: float) -> 
     """
     table = _pair_table(n, budget)
     if table is not None:
-        start, goal = table[int(u * len(table))]
-        return int(start), int(goal)
+        return table[int(u * len(table))]
     cells = n * n
     while True:
         starts = rng.integers(cells, size=1024)
@@ -236,8 +246,20 @@ def _start_and_goal(rng: np.random.Generator, n: int, budget: int, u: float) -> 
             return int(starts[k]), int(goals[k])
 
 
-# Frozen flags (bytes 0/1) to map letters in one bytes.translate call.
+# What a move did, by direction: built once, since it depends on nothing else.
+_BLOCKED = tuple(MoveOutcome(False, 0.0, False, f"tried {name}, did not move") for name in ACTION_NAMES)
+_MOVED = tuple(MoveOutcome(True, 0.0, False, f"moved {name}") for name in ACTION_NAMES)
+_FELL = tuple(MoveOutcome(True, 0.0, True, f"moved {name} and fell into a hole") for name in ACTION_NAMES)
+_REACHED = tuple(MoveOutcome(True, 1.0, True, f"moved {name} and reached the goal") for name in ACTION_NAMES)
+
+# Frozen flags (one byte per cell, 1 frozen, 0 hole) to map letters, and to binary digits, each in one C call.
 _FLAGS_TO_CHARS = bytes.maketrans(b"\x00\x01", b"HF")
+_FLAGS_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _flag_bits(flags: bytearray) -> int:
+    """The frozen flags as one int, bit i for cell i (so the digits are read last cell first)."""
+    return int(flags.translate(_FLAGS_TO_DIGITS)[::-1], 2)
 
 
 def _draw_map(
@@ -248,27 +270,25 @@ def _draw_map(
         # One draw per cell, plus one that picks the start/goal pair.
         u = rng.random(n * n + 1)
         start, goal = _start_and_goal(rng, n, budget, float(u[-1]))
-        frozen = u[:-1] < p
-        frozen[start] = frozen[goal] = True
-        passable = int.from_bytes(np.packbits(frozen, bitorder="little").tobytes(), "little")
-        length = _bfs_length(passable, n, n, start, goal, budget)
+        flags = bytearray((u[:-1] < p).tobytes())
+        flags[start] = flags[goal] = 1
+        length = _bfs_length(_flag_bits(flags), n, n, start, goal, budget)
         if length is None and attempt == max_tries - 1:
-            _carve_path(rng, frozen, n, start, goal)
-            passable = int.from_bytes(np.packbits(frozen, bitorder="little").tobytes(), "little")
-            length = _bfs_length(passable, n, n, start, goal, budget)
+            _carve_path(rng, flags, n, start, goal)
+            length = _bfs_length(_flag_bits(flags), n, n, start, goal, budget)
         if length is not None:
-            chars = bytearray(frozen.tobytes().translate(_FLAGS_TO_CHARS))
+            chars = flags.translate(_FLAGS_TO_CHARS)
             chars[start], chars[goal] = ord("S"), ord("G")
             return chars.decode("ascii"), start, goal, length
     raise AssertionError("unreachable: the last try carves a path within the budget")
 
 
-def _carve_path(rng: np.random.Generator, frozen: np.ndarray, n: int, start: int, goal: int) -> None:
+def _carve_path(rng: np.random.Generator, flags: bytearray, n: int, start: int, goal: int) -> None:
     (r, c), (gr, gc) = divmod(start, n), divmod(goal, n)
     steps = [(1 if gr > r else -1, 0)] * abs(gr - r) + [(0, 1 if gc > c else -1)] * abs(gc - c)
     for k in rng.permutation(len(steps)):
         r, c = r + steps[k][0], c + steps[k][1]
-        frozen[r * n + c] = True
+        flags[r * n + c] = 1
 
 
 def generate_frozen_lake(
@@ -350,7 +370,8 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``max_actions_per_turn=1``; ``reveal_rules=False`` (True appends the symbol legend and rules to
     ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``).
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
-    ``G``, checked by ``validate_map``; excludes ``size``/``p``). Maps up to ``max(16, largest size)`` per side fit.
+    ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
+    ``max(16, largest size)`` per side fit.
     Async vector envs need ``vector_kwargs={"shared_memory": False}`` (see ``GridTextEnv``).
 
     ## Text format
@@ -480,14 +501,14 @@ class FrozenLakeTextEnv(GridTextEnv):
         nr, nc = r + dr, c + dc
         n = self._n
         if not (0 <= nr < n and 0 <= nc < n):
-            return MoveOutcome(False, 0.0, False, f"tried {ACTION_NAMES[action]}, did not move")
+            return _BLOCKED[action]
         self._pos = (nr, nc)
         tile = self._flat[nr * n + nc]
         if tile == "H":
-            return MoveOutcome(True, 0.0, True, f"moved {ACTION_NAMES[action]} and fell into a hole")
+            return _FELL[action]
         if tile == "G":
-            return MoveOutcome(True, 1.0, True, f"moved {ACTION_NAMES[action]} and reached the goal")
-        return MoveOutcome(True, 0.0, False, f"moved {ACTION_NAMES[action]}")
+            return _REACHED[action]
+        return _MOVED[action]
 
     def _is_success(self) -> bool:
         return self._pos == self._goal

@@ -144,7 +144,9 @@ class GridTextEnv(gym.Env[str, str]):
     Optional overrides: ``_render_grid() -> str`` (default ``self.renderer.render(self._tile_kinds())``; called
     after reset and after every turn that took effect; override for speed), ``_grid_shape() -> (rows, cols)``
     (default: from ``_tile_kinds()``; checked against ``max_grid_shape`` once per reset),
-    ``_episode_feedback(reason: str) -> str`` (default: ``episode_feedback_lines[reason]``).
+    ``_episode_feedback(reason: str) -> str`` (default: ``episode_feedback_lines[reason]``),
+    ``_level_digest() -> str`` (default: the sha1 hex digest of ``_level_text()``; override when the level already
+    knows it, to skip hashing it again).
 
     Public attributes: ``instructions``, ``prompt_style = "grid"``, ``symbols``, ``renderer`` (GridRenderer),
     ``valid_actions`` (the four canonical replies, ``format_action(a)`` for a in 0..3), ``max_steps``,
@@ -248,7 +250,7 @@ class GridTextEnv(gym.Env[str, str]):
         self._no_effect_moves = 0
         self._grid_text = self._render_grid()
         self._task_text = self._grid_text
-        self._task_id = f"{self.task_prefix}-{hashlib.sha1(self._level_text().encode()).hexdigest()[:16]}"
+        self._task_id = f"{self.task_prefix}-{self._level_digest()[:16]}"
         self._optimal = self._optimal_steps()
 
         obs = f"{self._grid_text}\n{STEPS_LEFT_LINE.format(self.episode_max_steps)}"
@@ -397,6 +399,9 @@ class GridTextEnv(gym.Env[str, str]):
 
     def _episode_feedback(self, reason: str) -> str:
         return self._feedback_lines[reason]
+
+    def _level_digest(self) -> str:
+        return hashlib.sha1(self._level_text().encode()).hexdigest()
 
     def _info(self, took_effect: bool, feedback: str) -> dict:
         info = {

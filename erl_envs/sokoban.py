@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from os import PathLike
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from erl_envs.actions import ACTION_NAMES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import SOKOBAN_SYMBOLS, SymbolSet
-from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, generate_level
+from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, sample_level
 from erl_envs.sokoban_levels import PUSHED, SokobanLevel, apply_move, load_levels, parse_level
 from erl_envs.sokoban_solver import corner_cells, solution_stats
 
@@ -21,6 +22,39 @@ MAX_LEVEL_SIDE = 20
 GENERATOR_OPTIONS = ("size", "num_boxes", "interior_walls", "min_moves", "max_moves")
 # Optimal lengths of levels from a collection or a reset option are remembered up to this many levels.
 _OPTIMAL_CACHE_SIZE = 100_000
+# What a move did, by direction: built once, since it depends on nothing else.
+_BLOCKED = tuple(
+    MoveOutcome(False, 0.0, False, f"tried {name}, did not move (wall or blocked push)") for name in ACTION_NAMES
+)
+_WALKED = tuple(MoveOutcome(True, 0.0, False, f"moved {name}") for name in ACTION_NAMES)
+_PUSHED = tuple(MoveOutcome(True, 0.0, False, f"pushed {name}") for name in ACTION_NAMES)
+_SOLVED = tuple(MoveOutcome(True, 1.0, True, f"pushed {name} and solved the puzzle") for name in ACTION_NAMES)
+# Empty rooms are remembered up to this many (the paper's generator makes 77: one per goal cell of its 3 rooms).
+_ROOM_CACHE_SIZE = 4096
+
+
+class _EmptyRoom(NamedTuple):
+    """What never changes in a level's room: kept per room, since generated levels keep coming back to the same ones.
+
+    The boxes and the player are written over ``text`` (the grid the agent sees) and ``xsb`` (the level's XSB text,
+    whose sha1 is ``SokobanLevel.key``); every cell sits at a fixed offset in both.
+    """
+
+    corners: frozenset  # floor cells, not goals, with walls on two sides (the deadlock flag)
+    kinds: tuple[tuple[str, ...], ...]  # tile kinds, row by row
+    text: bytes  # the rendered grid
+    xsb: bytes  # XSB rows, right-stripped and joined by newlines as in SokobanLevel.to_xsb
+    xsb_row_starts: tuple[int, ...]
+
+
+def _level_key(level: SokobanLevel, room: _EmptyRoom) -> str:
+    """``level.key`` (the sha1 of its XSB text), from its room's XSB text rather than building it cell by cell."""
+    xsb, starts = bytearray(room.xsb), room.xsb_row_starts
+    for r, c in level.boxes:
+        xsb[starts[r] + c] = ord("*" if (r, c) in level.targets else "$")
+    r, c = level.player
+    xsb[starts[r] + c] = ord("+" if level.player in level.targets else "@")
+    return hashlib.sha1(xsb).hexdigest()
 
 
 def _coerce_level(value: Any, what: str) -> SokobanLevel:
@@ -171,17 +205,22 @@ class SokobanTextEnv(GridTextEnv):
             reveal_rules=reveal_rules,
             instructions=instructions,
         )
-        self._cell_text = {kind: self.renderer.cell(kind) for kind in self.symbols.symbols}
+        # Every cell is drawn as the same characters around its symbol, so a board is its empty room's text with one
+        # character replaced per box and for the player (see _render_grid).
+        floor_cell = self.renderer.cell("floor")
+        self._cell_width = len(floor_cell)
+        self._symbol_offset = floor_cell.index(self.symbols["floor"])
+        self._symbol_codes = {kind: ord(char) for kind, char in self.symbols.symbols.items()}
         self._optimal_cache: dict[str, int | None] = {}
         self._level: SokobanLevel | None = None
         self._level_index: int | None = None
         self._level_optimal: int | None = None
         self._player = (0, 0)
         self._boxes: frozenset = frozenset()
-        self._corners: frozenset = frozenset()
-        self._static_kinds: list[list[str]] = []
-        self._static_cells: list[list[str]] = []
-        self._static_rows: list[str] = []
+        self._room = _EmptyRoom(frozenset(), (), b"", b"", ())
+        self._line_width = 0
+        self._level_key = ""
+        self._rooms: dict[tuple, _EmptyRoom] = {}
 
     @staticmethod
     def _load_collection(levels: Any) -> list[SokobanLevel] | None:
@@ -246,15 +285,15 @@ class SokobanTextEnv(GridTextEnv):
             settings = {**self.generator_settings, **{key: options[key] for key in generator_keys}}
             if settings["max_moves"] is None:
                 settings["max_moves"] = self.episode_max_steps
-            check_generation_settings(**settings)
-            rows, cols = self._size_bound(settings["size"])
-            if rows > self.max_grid_shape[0] or cols > self.max_grid_shape[1]:
-                raise ValueError(
-                    f"size {settings['size']!r} is bigger than this env's largest level {self.max_grid_shape}; "
-                    f"build the env with size={settings['size']!r} to allow it"
-                )
-            level, solution = generate_level(self.np_random, max_states=self.solver_max_states, **settings)
-            optimal = len(solution)
+            if generator_keys:  # the constructor's own settings were checked when the env was built
+                check_generation_settings(**settings)
+                rows, cols = self._size_bound(settings["size"])
+                if rows > self.max_grid_shape[0] or cols > self.max_grid_shape[1]:
+                    raise ValueError(
+                        f"size {settings['size']!r} is bigger than this env's largest level {self.max_grid_shape}; "
+                        f"build the env with size={settings['size']!r} to allow it"
+                    )
+            level, optimal = sample_level(self.np_random, max_states=self.solver_max_states, **settings)
         if level.is_solved:
             raise ValueError("the level is already solved (every box is on a goal); give a level with work to do")
 
@@ -263,14 +302,38 @@ class SokobanTextEnv(GridTextEnv):
         self._level_optimal = self._solve(level) if optimal is None else optimal
         self._player = level.player
         self._boxes = level.boxes
-        self._corners = corner_cells(level)
-        static = [["wall"] * level.width for _ in range(level.height)]
-        for r, c in level.floor:
-            static[r][c] = "target" if (r, c) in level.targets else "floor"
-        cells = self._cell_text
-        self._static_kinds = static
-        self._static_cells = [[cells[kind] for kind in row] for row in static]
-        self._static_rows = ["".join(row) for row in self._static_cells]
+        self._room = self._empty_room(level)
+        self._line_width = level.width * self._cell_width + 1
+        self._level_key = _level_key(level, self._room)
+
+    def _empty_room(self, level: SokobanLevel) -> _EmptyRoom:
+        key = (level.height, level.width, level.walls, level.floor, level.targets)
+        room = self._rooms.get(key)
+        if room is None:
+            if len(self._rooms) >= _ROOM_CACHE_SIZE:
+                self._rooms.clear()
+            kinds = [["wall"] * level.width for _ in range(level.height)]
+            for r, c in level.floor:
+                kinds[r][c] = "target" if (r, c) in level.targets else "floor"
+            xsb = [[" "] * level.width for _ in range(level.height)]
+            for r, c in level.walls:
+                xsb[r][c] = "#"
+            for r, c in level.targets:
+                xsb[r][c] = "."
+            xsb_rows = ["".join(row).rstrip() for row in xsb]
+            # A closed room has a wall right of every floor cell, so stripping never cuts a box's or player's cell.
+            starts = [0]
+            for row in xsb_rows[:-1]:
+                starts.append(starts[-1] + len(row) + 1)
+            room = _EmptyRoom(
+                corners=corner_cells(level),
+                kinds=tuple(map(tuple, kinds)),
+                text=self.renderer.render(kinds).encode("ascii"),
+                xsb="\n".join(xsb_rows).encode("ascii"),
+                xsb_row_starts=tuple(starts),
+            )
+            self._rooms[key] = room
+        return room
 
     def _checked_index(self, value: Any) -> int:
         if isinstance(value, bool):
@@ -292,22 +355,21 @@ class SokobanTextEnv(GridTextEnv):
         return self._optimal_cache[key]
 
     def _apply_move(self, action: GridAction) -> MoveOutcome:
-        name = ACTION_NAMES[action]
         player, boxes, outcome = apply_move(self._level.floor, self._boxes, self._player, action)
         if player == self._player:
-            return MoveOutcome(False, 0.0, False, f"tried {name}, did not move (wall or blocked push)")
+            return _BLOCKED[action]
         self._player, self._boxes = player, boxes
         if outcome != PUSHED:
-            return MoveOutcome(True, 0.0, False, f"moved {name}")
+            return _WALKED[action]
         if boxes == self._level.targets:
-            return MoveOutcome(True, 1.0, True, f"pushed {name} and solved the puzzle")
-        return MoveOutcome(True, 0.0, False, f"pushed {name}")
+            return _SOLVED[action]
+        return _PUSHED[action]
 
     def _is_success(self) -> bool:
         return self._boxes == self._level.targets
 
     def _tile_kinds(self) -> list[list[str]]:
-        kinds = [row.copy() for row in self._static_kinds]
+        kinds = [list(row) for row in self._room.kinds]
         targets = self._level.targets
         for r, c in self._boxes:
             kinds[r][c] = "box_on_target" if (r, c) in targets else "box"
@@ -316,22 +378,24 @@ class SokobanTextEnv(GridTextEnv):
         return kinds
 
     def _render_grid(self) -> str:
-        # The room never changes: rebuild only the rows that hold a box or the player.
-        targets, cells = self._level.targets, self._cell_text
-        changed: dict[int, list[str]] = {}
+        # The room's text with the symbols of the boxes and the player written over their cells' symbols.
+        text = bytearray(self._room.text)
+        line, width, offset = self._line_width, self._cell_width, self._symbol_offset
+        codes, targets = self._symbol_codes, self._level.targets
         for r, c in self._boxes:
-            row = changed.get(r) or changed.setdefault(r, self._static_cells[r].copy())
-            row[c] = cells["box_on_target" if (r, c) in targets else "box"]
+            text[r * line + c * width + offset] = codes["box_on_target" if (r, c) in targets else "box"]
         r, c = self._player
-        row = changed.get(r) or changed.setdefault(r, self._static_cells[r].copy())
-        row[c] = cells["agent_on_target" if self._player in targets else "agent"]
-        rows = self._static_rows.copy()
-        for r, row in changed.items():
-            rows[r] = "".join(row)
-        return "\n".join(rows)
+        text[r * line + c * width + offset] = codes["agent_on_target" if self._player in targets else "agent"]
+        return text.decode("ascii")
 
     def _level_text(self) -> str:
         return "\n".join(self._level.to_xsb())
+
+    def _level_digest(self) -> str:
+        return self._level_key  # the sha1 of _level_text()
+
+    def _grid_shape(self) -> tuple[int, int]:
+        return self._level.height, self._level.width
 
     def _optimal_steps(self) -> int | None:
         return self._level_optimal
@@ -340,8 +404,8 @@ class SokobanTextEnv(GridTextEnv):
         return {
             "boxes_on_target": len(self._boxes & self._level.targets),
             "num_boxes": len(self._boxes),
-            "deadlock": not self._corners.isdisjoint(self._boxes),
-            "level_key": self._level.key,
+            "deadlock": not self._room.corners.isdisjoint(self._boxes),
+            "level_key": self._level_key,
             "level_index": self._level_index,
             "position": self._player,
         }

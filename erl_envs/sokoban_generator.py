@@ -9,10 +9,16 @@ valid 6x6 layouts, deduplicated (see ``tests/test_sokoban_generator.py``).
 Harder settings (several boxes, interior walls, longer solutions) use *reverse play* instead: boxes start on their
 goals and the player walks backwards pulling them, so every candidate is solvable by construction; the solver then
 measures its exact optimal length and the band check keeps or rejects it.
+
+One box in an open room (the paper's setting) has so few positions that the fewest moves of *every* start can be
+tabled: candidates are then looked up instead of searched, which makes an env's reset several times cheaper. The
+candidates, the random draws and so the level a seed gives are exactly those of the search (tested on thousands
+of seeds).
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -23,7 +29,14 @@ from erl_envs.actions import MOVES, GridAction
 from erl_envs.sokoban_levels import Cell, SokobanLevel
 from erl_envs.sokoban_solver import solution_stats
 
-__all__ = ["generate_level", "check_generation_settings", "GenerationError", "PAPER_SIZES", "PLACEMENTS"]
+__all__ = [
+    "generate_level",
+    "sample_level",
+    "check_generation_settings",
+    "GenerationError",
+    "PAPER_SIZES",
+    "PLACEMENTS",
+]
 
 PAPER_SIZES = (6, 7, 8)
 PLACEMENTS = ("auto", "uniform", "reverse")
@@ -32,6 +45,9 @@ _CANDIDATES_PER_ROOM = 8
 # Reverse play: chance that a backwards move pulls the box behind the player, and that the walk picks a new direction.
 _PULL_PROBABILITY = 0.9
 _TURN_PROBABILITY = 0.5
+# One-box open rooms with up to this many interior cells look candidates up in a table of fewest moves (one table of
+# cells^2 entries per goal, filled on first use) instead of searching them: 64 covers every room up to 10x10.
+_TABLE_MAX_CELLS = 64
 
 
 class GenerationError(RuntimeError):
@@ -147,7 +163,7 @@ def _room(
 ) -> tuple[frozenset[Cell], list[Cell]]:
     """Walls and floor cells of a room: the border plus ``interior_walls`` of the interior, floor kept connected."""
     interior = _interior(height, width)
-    count = int(round(interior_walls * len(interior)))
+    count = _interior_wall_count(interior_walls, len(interior))
     if count == 0:
         return _border(height, width), interior  # shared, cached: never mutated by callers
     floor = set(interior)
@@ -212,6 +228,77 @@ def _reverse_candidate(rng, height, width, walls, floor, num_boxes, walk_length)
     return SokobanLevel(height, width, walls, frozenset(boxes), goals, player)
 
 
+# A start from which the box can never reach the goal, in an ``_OpenRoomMoves`` table.
+_NEVER = 0xFFFF
+
+
+class _OpenRoomMoves:
+    """Fewest moves of every one-box level in an open room, so that candidates are looked up instead of searched.
+
+    Cells are numbered as in ``_interior`` (row-major inside the border), the numbering candidates are drawn in, so
+    a draw indexes the table directly. A goal's table is filled on first use by one breadth-first search backwards
+    from the solved positions (box on the goal, player anywhere), which settles every start at once for about the
+    cost of searching a few dozen candidates; a room has at most ``_TABLE_MAX_CELLS`` goals.
+    """
+
+    def __init__(self, rows: int, cols: int):
+        self.cells = rows * cols
+        # lines[i]: for each direction, (the cell one step ahead of i, the cell one step behind i), -1 past the border.
+        self.lines = []
+        for r in range(rows):
+            for c in range(cols):
+                line = []
+                for dr, dc in MOVES:
+                    ahead = (r + dr) * cols + c + dc if 0 <= r + dr < rows and 0 <= c + dc < cols else -1
+                    behind = (r - dr) * cols + c - dc if 0 <= r - dr < rows and 0 <= c - dc < cols else -1
+                    line.append((ahead, behind))
+                self.lines.append(tuple(line))
+        self._by_goal: list[array | None] = [None] * self.cells
+
+    def moves(self, player: int, box: int, goal: int) -> int | None:
+        """Fewest moves from a start of three distinct cells, or ``None`` if the box can never reach the goal."""
+        table = self._by_goal[goal]
+        if table is None:
+            table = self._by_goal[goal] = self._moves_to(goal)
+        moves = table[player * self.cells + box]
+        return None if moves == _NEVER else moves
+
+    def _moves_to(self, goal: int) -> array:
+        """Fewest moves to push the box onto ``goal``, indexed ``player * cells + box``."""
+        n, lines = self.cells, self.lines
+        table = array("H", [_NEVER]) * (n * n)  # at most n * (n - 1) positions, so every count fits
+        frontier = [(player, goal) for player in range(n) if player != goal]
+        for player, box in frontier:
+            table[player * n + box] = 0
+        depth = 0
+        while frontier:
+            depth += 1
+            earlier = []
+            for player, box in frontier:
+                for ahead, behind in lines[player]:
+                    if behind < 0:
+                        continue
+                    # The last move took the player from `behind` to here: a plain walk...
+                    if behind != box and table[behind * n + box] == _NEVER:
+                        table[behind * n + box] = depth
+                        earlier.append((behind, box))
+                    # ...or a push, if it left the box just ahead of the player.
+                    if ahead == box and table[behind * n + player] == _NEVER:
+                        table[behind * n + player] = depth
+                        earlier.append((behind, player))
+            frontier = earlier
+        return table
+
+
+@lru_cache(maxsize=64)
+def _open_room_moves(rows: int, cols: int) -> _OpenRoomMoves:
+    return _OpenRoomMoves(rows, cols)
+
+
+def _interior_wall_count(interior_walls: float, cells: int) -> int:
+    return int(round(interior_walls * cells))
+
+
 def generate_level(
     rng: np.random.Generator | int,
     size: int | Sequence[int] | None = None,
@@ -241,6 +328,46 @@ def generate_level(
         max_tries: candidates to try before raising ``GenerationError``.
         max_states: solver budget per candidate; a candidate the solver cannot settle within it is rejected.
     """
+    level, _, actions = _generate(
+        rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
+        max_states,
+    )
+    if actions is None:
+        # The level was looked up, not searched: search it now, exactly as the candidate loop would have.
+        actions = solution_stats(level, max_states=max_states, max_moves=max_moves).actions
+    return level, list(actions)
+
+
+def sample_level(
+    rng: np.random.Generator | int,
+    size: int | Sequence[int] | None = None,
+    num_boxes: int = 1,
+    interior_walls: float = 0.0,
+    min_moves: int = 1,
+    max_moves: int = 8,
+    min_pushes: int | None = None,
+    max_pushes: int | None = None,
+    placement: str = "auto",
+    max_tries: int = 1000,
+    max_states: int = 200_000,
+) -> tuple[SokobanLevel, int]:
+    """The level ``generate_level`` returns for the same arguments and ``rng`` state, and its fewest number of moves.
+
+    For callers that need the length of the optimal solution but not the solution (an env's ``optimal_steps``):
+    in the paper's setting it then takes no search at all.
+    """
+    level, moves, _ = _generate(
+        rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
+        max_states,
+    )
+    return level, moves
+
+
+def _generate(
+    rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
+    max_states,
+) -> tuple[SokobanLevel, int, tuple[GridAction, ...] | None]:
+    """The candidate loop: (level, fewest moves, a fewest-moves solution or ``None`` if the moves were looked up)."""
     if isinstance(rng, (int, np.integer)):
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
@@ -252,11 +379,33 @@ def generate_level(
         raise ValueError(f"max_tries must be at least 1, got {max_tries}")
 
     # The size is drawn once, not per try: redrawing it would favour the sizes whose candidates pass more often.
-    height, width = shape if shape is not None else (int(rng.choice(PAPER_SIZES)),) * 2
+    # (rng.integers(3) is the very draw rng.choice(PAPER_SIZES) makes, at a fraction of its cost.)
+    height, width = shape if shape is not None else (PAPER_SIZES[int(rng.integers(len(PAPER_SIZES)))],) * 2
+    cells = (height - 2) * (width - 2)
+    table = None
+    if (
+        placement == "uniform" and num_boxes == 1 and _interior_wall_count(interior_walls, cells) == 0
+        and min_pushes is None and max_pushes is None and cells <= _TABLE_MAX_CELLS
+        # A room has cells * (cells - 1) positions, so the search could never have run out of states.
+        and max_states > cells * (cells - 1)
+    ):
+        table = _open_room_moves(height - 2, width - 2)
     tally = _Tally()
     for attempt in range(max_tries):
         if attempt % _CANDIDATES_PER_ROOM == 0:
             walls, floor = _room(rng, height, width, interior_walls)
+        if table is not None:
+            # _uniform_candidate's draw, looked up instead of built and searched.
+            player, box, goal = rng.choice(len(floor), size=3, replace=False).tolist()
+            moves = table.moves(player, box, goal)
+            if moves is None or moves > max_moves:
+                tally.too_long_or_unsolvable += 1
+            elif moves < min_moves:
+                tally.too_short += 1
+            else:
+                boxes, goals = frozenset([floor[box]]), frozenset([floor[goal]])
+                return SokobanLevel(height, width, walls, boxes, goals, floor[player]), moves, None
+            continue
         if placement == "uniform":
             level = _uniform_candidate(rng, height, width, walls, floor, num_boxes)
         else:
@@ -274,7 +423,7 @@ def generate_level(
         ):
             tally.pushes_out_of_band += 1
         else:
-            return level, list(result.actions)
+            return level, result.moves, result.actions
     raise GenerationError(
         f"no level with {min_moves}..{max_moves} optimal moves"
         + (f" and {min_pushes}..{max_pushes} pushes" if min_pushes is not None or max_pushes is not None else "")

@@ -163,6 +163,20 @@ def test_generator_follows_the_paper_distribution():
     assert len(starts) == 16
 
 
+def test_reported_shortest_path_matches_an_independent_search():
+    """The generator measures paths on its own bitmask of the map; check it against the map text's."""
+    env = FrozenLakeTextEnv(size=(2, 12), max_steps=12)
+    env.reset(seed=0)
+    for _ in range(400):
+        info = env.reset()[1]
+        assert info["optimal_steps"] == shortest_path_length(env.map_rows)
+    # Paths carved after every try failed, and maps too big for the table of start/goal pairs.
+    for env in (FrozenLakeTextEnv(size=9, p=0.0), FrozenLakeTextEnv(size=40, p=0.7, max_steps=30)):
+        for seed in range(5):
+            info = env.reset(seed=seed)[1]
+            assert info["optimal_steps"] == shortest_path_length(env.map_rows)
+
+
 def test_generator_is_deterministic_given_the_rng():
     a = [generate_frozen_lake(np.random.default_rng(9)) for _ in range(3)]
     assert a[0] == a[1] == a[2]

@@ -74,6 +74,30 @@ def test_same_seed_same_level_and_task_id():
     assert first[1]["optimal_steps"] == len(solve_sokoban(level))
 
 
+# Rooms the XSB text of which has exterior cells, ragged rows, thick walls, a closed-off pocket, goals under the
+# player and a box: the env hashes a level by writing its boxes and player into its room's cached XSB text.
+ODD_LEVELS = [
+    ["  #####", "###  .#", "# $@  #", "#   ###", "#####"],
+    ["######", "#+$  #", "# *  #", "######"],
+    ["#######", "#@ $ .#", "#######", "#     #", "#######"],
+    ["    ####", "#####  #", "#  .$@ #", "#####  #", "    ####"],
+]
+
+
+def test_task_id_and_level_key_are_the_levels_key():
+    env = SokobanTextEnv(max_steps=20)
+    for rows in ODD_LEVELS:
+        level = parse_level(rows)
+        obs, info = env.reset(options={"level": rows})
+        assert info["level_key"] == level.key and info["task_id"] == f"sokoban-{level.key[:16]}", rows
+        obs, *_, info = env.step("Left")
+        assert info["level_key"] == level.key
+    for env in (SokobanTextEnv(), SokobanTextEnv(size=(7, 9), num_boxes=2, interior_walls=0.2, max_steps=12)):
+        for seed in range(100):
+            info = env.reset(seed=seed)[1]
+            assert info["level_key"] == env.level.key and info["task_id"] == f"sokoban-{env.level.key[:16]}"
+
+
 # --- Level sources ------------------------------------------------------------------------------------------
 
 

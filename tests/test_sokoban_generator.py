@@ -6,10 +6,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from erl_envs import sokoban_generator
 from erl_envs.sokoban_generator import (
     GenerationError,
     check_generation_settings,
     generate_level,
+    sample_level,
 )
 from erl_envs.sokoban_levels import SokobanLevel, load_levels, replay
 from erl_envs.sokoban_solver import solution_stats
@@ -129,3 +131,76 @@ def test_bad_rng_and_tries():
         generate_level(np.random.RandomState(0))
     with pytest.raises(ValueError, match="max_tries"):
         generate_level(np.random.default_rng(0), max_tries=0)
+
+
+# --- The paper setting's fast path: a table of fewest moves in place of the search ---------------------------
+
+
+def _interior_cells(height, width):
+    return [(r, c) for r in range(1, height - 1) for c in range(1, width - 1)]
+
+
+@pytest.mark.parametrize("height, width, sample", [(6, 6, None), (5, 7, None), (4, 4, None), (8, 8, 1500)])
+def test_open_room_table_gives_the_solvers_fewest_moves(height, width, sample):
+    """Every start (or a random sample of them) of a one-box open room: table lookup == exact search."""
+    table = sokoban_generator._open_room_moves(height - 2, width - 2)
+    cells = _interior_cells(height, width)
+    walls = frozenset((r, c) for r in range(height) for c in range(width)) - frozenset(cells)
+    starts = list(itertools.permutations(range(len(cells)), 3))
+    if sample is not None:
+        rng = np.random.default_rng(0)
+        starts = [starts[i] for i in rng.choice(len(starts), size=sample, replace=False)]
+    for player, box, goal in starts:
+        level = SokobanLevel(height, width, walls, frozenset([cells[box]]), frozenset([cells[goal]]), cells[player])
+        assert table.moves(player, box, goal) == solution_stats(level).moves, level
+
+
+TABLE_SETTINGS = [
+    ({}, 2000),  # the paper's
+    (dict(size=(5, 9), min_moves=3, max_moves=12), 200),
+    (dict(size=10, min_moves=5, max_moves=20), 100),
+    (dict(size=7, interior_walls=0.01, max_moves=6), 200),  # rounds to no interior wall: still an open room
+]
+
+
+@pytest.mark.parametrize("settings, seeds", TABLE_SETTINGS)
+def test_table_gives_exactly_the_levels_the_search_gives(monkeypatch, settings, seeds):
+    """Same seed, same level, same solution and the same draws, with and without the table."""
+
+    def run():
+        out = []
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            level, solution = generate_level(rng, **settings)
+            out.append((level, solution, rng.random()))
+        return out
+
+    with_table = run()
+    monkeypatch.setattr(sokoban_generator, "_TABLE_MAX_CELLS", 0)  # every candidate searched, as before the table
+    assert run() == with_table
+
+
+def test_sample_level_is_generate_level_without_the_solution():
+    for settings in ({}, dict(size=7, num_boxes=2, min_moves=3, max_moves=10), dict(size=6, interior_walls=0.2)):
+        for seed in range(100):
+            level, moves = sample_level(np.random.default_rng(seed), **settings)
+            expected, solution = generate_level(np.random.default_rng(seed), **settings)
+            assert level == expected and moves == len(solution)
+
+
+def test_a_solver_budget_too_small_for_the_room_still_rejects_candidates():
+    # A 6x6 room has 16 * 15 positions; with a budget below that the table must not answer for the search.
+    with pytest.raises(GenerationError, match="over budget"):
+        generate_level(np.random.default_rng(0), size=6, max_states=2, max_tries=30)
+
+
+def test_room_size_is_the_draw_rng_choice_makes():
+    """The size is drawn with rng.integers, which is what rng.choice(PAPER_SIZES) draws (and so keeps every seed's
+    level); the rng must also be left where choice leaves it."""
+    for seed in range(500):
+        reference = np.random.default_rng(seed)
+        expected = int(reference.choice(sokoban_generator.PAPER_SIZES))
+        rng = np.random.default_rng(seed)
+        assert sokoban_generator.PAPER_SIZES[int(rng.integers(len(sokoban_generator.PAPER_SIZES)))] == expected
+        assert rng.random() == reference.random()
+        assert generate_level(np.random.default_rng(seed))[0].height == expected
