@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable
@@ -331,16 +333,26 @@ class HotpotQAEnv(gym.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
+        # Like the grid envs: a reset that fails on a bad option must not leave the previous episode steppable.
+        self._done = True
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"reset options must be a dict or None, got {type(options).__name__}")
         options = dict(options or {})
         unknown = set(options) - {"index", "task_id"}
         if unknown:
             raise ValueError(f"unknown reset options {sorted(unknown)}; use 'index' or 'task_id'")
         if "task_id" in options:
-            if options["task_id"] not in self._source.by_id:
+            if not isinstance(options["task_id"], Hashable) or options["task_id"] not in self._source.by_id:
                 raise ValueError(f"no question with task_id {options['task_id']!r}")
             position = self._source.by_id[options["task_id"]]
         elif "index" in options:
-            position = int(options["index"])
+            if isinstance(options["index"], bool):
+                raise TypeError("the reset option 'index' must be an int, got bool")
+            try:
+                position = operator.index(options["index"])
+            except TypeError:
+                kind = type(options["index"]).__name__
+                raise TypeError(f"the reset option 'index' must be an int, got {kind}") from None
             if not 0 <= position < len(self.questions):
                 raise ValueError(f"question index {position} is out of range 0..{len(self.questions) - 1}")
         else:

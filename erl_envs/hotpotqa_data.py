@@ -260,7 +260,18 @@ def load_questions(data: Any, *, split: str | None = None, num_questions: int = 
         questions.append(question_from_record(record, position, source))
     if not questions:
         raise DataError(f"{source}: holds no questions")
+    _check_unique_ids(questions, source, "records", "question ids are the task ids")
     return questions
+
+
+def _check_unique_ids(items: Sequence[Question] | Sequence[Passage], where: str, what: str, why: str) -> None:
+    """Two items with one id would make one of them unreachable by id and mix up their results: refuse them."""
+    first_at: dict[str, int] = {}
+    for position, item in enumerate(items):
+        if item.id in first_at:
+            raise DataError(f"{where}: {what} {first_at[item.id]} and {position} have the same id {item.id!r}; ids "
+                            f"must be unique ({why})")
+        first_at[item.id] = position
 
 
 def _passage_from_record(record: Any, position: int, where: str) -> Passage:
@@ -296,6 +307,7 @@ def load_corpus(corpus: Any) -> list[Passage]:
     passages = [_passage_from_record(r, i, where) for i, r in enumerate(records)]
     if not passages:
         raise DataError(f"{where}: the corpus holds no passages")
+    _check_unique_ids(passages, where, "passages", "search results name passages by id")
     return passages
 
 

@@ -29,18 +29,28 @@ _FORMAT_VERSION = 1
 _TOKEN = re.compile(r"\w+")
 
 
+def _savable(text: str) -> str:
+    # A str may hold lone surrogates (model output decoded leniently); JSON in UTF-8 cannot, so every later save()
+    # would fail. Replace them on the way in, as ReflectionWrapper does with reflections.
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
 def _check_prompt(prompt: Any) -> str:
     if not isinstance(prompt, str):
         raise TypeError(f"a memory prompt must be a str, got {type(prompt).__name__}")
     if not prompt.strip():
         raise ValueError("a memory prompt must not be empty: an empty reflection is never worth remembering")
-    return prompt
+    return _savable(prompt)
 
 
 def _check_task_text(task_text: Any) -> str | None:
     if task_text is not None and not isinstance(task_text, str):
         raise TypeError(f"task_text must be a str or None, got {type(task_text).__name__}")
-    return task_text
+    return task_text if task_text is None else _savable(task_text)
 
 
 def _write_json(path: str | os.PathLike, data: dict) -> None:
@@ -82,6 +92,16 @@ def _check_kind(data: Any, kind: str) -> None:
                          f"(this code reads {_FORMAT_VERSION})")
 
 
+def _from_file(cls: type, data: dict, path: str | os.PathLike):
+    """``cls.from_dict(data)``, with any problem reported against the file it came from."""
+    try:
+        return cls.from_dict(data)
+    except KeyError as err:
+        raise ValueError(f"{os.fspath(path)!r} is not a valid memory file: the field {err} is missing") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{os.fspath(path)!r} is not a valid memory file: {err}") from None
+
+
 class _LockedMemory:
     """The lock and its pickling: a lock cannot be pickled, and a copied memory needs its own lock anyway."""
 
@@ -103,7 +123,7 @@ class _LockedMemory:
 
     @classmethod
     def load(cls, path: str | os.PathLike):
-        return cls.from_dict(_read_json(path))
+        return _from_file(cls, _read_json(path), path)
 
     def to_dict(self) -> dict:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -313,11 +333,17 @@ class RetrievalMemory(_LockedMemory):
         entries = data.get("entries", [])
         if not isinstance(entries, list):
             raise ValueError("memory data 'entries' must be a list")
+        entry_of_task: dict[str, int] = {}
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or not {"prompt", "task_text", "stored", "used"} <= set(entry):
                 raise ValueError(f"memory entry {i} must be a dict with prompt, task_text, stored and used")
             clean = {"prompt": _check_prompt(entry["prompt"]), "task_text": str(entry["task_text"]),
                      "stored": int(entry["stored"]), "used": int(entry["used"]), "hits": int(entry.get("hits", 0))}
+            # update() keeps one entry per task text; two would make retrieval and eviction depend on file order.
+            first = entry_of_task.setdefault(clean["task_text"], i)
+            if first != i:
+                raise ValueError(f"memory entries {first} and {i} are both for the task text "
+                                 f"{clean['task_text'][:80]!r}; a retrieval memory holds one entry per task")
             memory._entries.append(clean)
             memory._tokens.append(_tokens(clean["task_text"]))
         if len(memory._entries) > memory.capacity:
@@ -336,4 +362,4 @@ def load_memory(path: str | os.PathLike) -> ReflectionMemory | RetrievalMemory:
     kind = data.get("kind")
     if kind not in _KINDS:
         raise ValueError(f"{os.fspath(path)!r} is not a memory file: unknown kind {kind!r} (known: {sorted(_KINDS)})")
-    return _KINDS[kind].from_dict(data)
+    return _from_file(_KINDS[kind], data, path)

@@ -18,7 +18,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Iterable, Iterator, Literal
 
 __all__ = [
     "SEARCH_TOOL",
@@ -38,19 +38,23 @@ SEARCH_TOOL = "search"
 # Answers that only match exactly: partial token overlap between "yes" and "no answer" is not partial credit.
 _CLOSED_ANSWERS = frozenset({"yes", "no", "noanswer"})
 
-_SEARCH_TAG = re.compile(r"<search>(.*?)</search>", re.DOTALL | re.IGNORECASE)
 _SEARCH_OPEN = re.compile(r"<search>", re.IGNORECASE)
+_SEARCH_CLOSE = re.compile(r"</search>", re.IGNORECASE)
 _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL | re.IGNORECASE)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 # Where a bare JSON tool call may start: an object whose first key names the tool or its arguments.
 _JSON_CALL_START = re.compile(r"\{\s*\"(?:name|arguments|parameters)\"\s*:")
 _NAMES_SEARCH = re.compile(r"\"name\"\s*:\s*\"" + SEARCH_TOOL + r"\"")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE = re.compile(r"[{}]")
 # LaTeX wrappers models put inside \boxed{}; their content is the answer.
 _LATEX_WRAPPER = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|emph|texttt)\s*\{([^{}]*)\}")
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
 # A reply can hold many JSON-looking spans; decoding each is linear, so cap how many we try.
 _MAX_JSON_CANDIDATES = 16
+# \text{\textbf{...}} nesting peeled off an answer; each layer is a pass over the answer, so bound them.
+_MAX_LATEX_LAYERS = 8
 
 
 @dataclass(frozen=True)
@@ -79,28 +83,51 @@ class QAScore:
 # --------------------------------------------------------------------------------------------- reply parsing
 
 
-def _balanced_body(text: str, start: int) -> str | None:
-    """Text from ``start`` up to the brace that closes the one just before ``start``; None when unclosed."""
-    depth = 1
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i]
-    return None
+def _closing_braces(text: str, start: int) -> dict[int, int]:
+    """Position of each ``{`` from ``start`` on that is closed -> position of its ``}``.
+
+    One pass over the braces: a model that floods a reply with unclosed ``\\boxed{`` must not make reading it
+    quadratic (scanning to the end once per box).
+    """
+    closing, open_at = {}, []
+    for match in _BRACE.finditer(text, start):
+        if match.group() == "{":
+            open_at.append(match.start())
+        elif open_at:
+            closing[open_at.pop()] = match.start()
+    return closing
+
+
+def _tag_bodies(text: str, open_tag: re.Pattern, close_tag: re.Pattern) -> Iterator[tuple[int, str]]:
+    """(start, body) of each ``<tag>...</tag>`` left to right, as a lazy regex finds them, in linear time.
+
+    Once an opening tag has no closing tag after it, no later one has either: stop there instead of rescanning the
+    rest of the text from every further opening tag.
+    """
+    position = 0
+    while True:
+        opened = open_tag.search(text, position)
+        closed = close_tag.search(text, opened.end()) if opened else None
+        if closed is None:
+            return
+        yield opened.start(), text[opened.end():closed.start()]
+        position = closed.end()
 
 
 def extract_boxed(text: str) -> str | None:
     """The content of the last closed ``\\boxed{...}`` (nested braces allowed), LaTeX text wrappers removed."""
-    for match in reversed(list(_BOXED.finditer(text))):
-        body = _balanced_body(text, match.end())
-        if body is not None:
-            previous = None
-            while previous != body:  # unwrap \text{\textbf{x}} from the inside out
+    boxes = list(_BOXED.finditer(text))
+    if not boxes:
+        return None
+    closing = _closing_braces(text, boxes[0].end() - 1)
+    for match in reversed(boxes):
+        end = closing.get(match.end() - 1)
+        if end is not None:
+            body = text[match.end():end]
+            for _ in range(_MAX_LATEX_LAYERS):  # unwrap \text{\textbf{x}} from the inside out
                 previous, body = body, _LATEX_WRAPPER.sub(r"\1", body)
+                if body == previous:
+                    break
             return body.strip()
     return None
 
@@ -110,7 +137,7 @@ def extract_answer(text: str) -> str | None:
     boxed = extract_boxed(text)
     if boxed is not None:
         return boxed
-    tags = _ANSWER_TAG.findall(text)
+    tags = [body for _, body in _tag_bodies(text, _ANSWER_OPEN, _ANSWER_CLOSE)]
     if tags:
         return extract_boxed(tags[-1]) or tags[-1].strip()
     return None
@@ -129,8 +156,8 @@ def _tool_call_from_object(obj: object) -> QAReply | None:
     if isinstance(args, str):  # OpenAI-style calls carry the arguments as a JSON string
         try:
             args = json.loads(args)
-        except json.JSONDecodeError as exc:
-            return QAReply("invalid", error=f"the tool call's arguments are not valid JSON ({exc.msg})")
+        except (ValueError, RecursionError) as exc:
+            return QAReply("invalid", error=f"the tool call's arguments are not valid JSON ({_json_problem(exc)})")
     if not isinstance(args, dict):
         return QAReply("invalid", error="the tool call's arguments must be an object with a \"query\"")
     query = args.get("query")
@@ -140,9 +167,18 @@ def _tool_call_from_object(obj: object) -> QAReply | None:
     if top_k is not None:
         try:
             top_k = int(top_k)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 decodes to inf
             return QAReply("invalid", error=f"top_k must be a whole number, got {top_k!r}")
     return QAReply("search", query=query, top_k=top_k)
+
+
+def _json_problem(exc: Exception) -> str:
+    """Words for a JSON decoding failure; json also raises plain ValueError (huge numbers) and RecursionError."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at char {exc.pos}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return "a number is too long"
 
 
 def _decode_tagged_call(body: str) -> QAReply:
@@ -153,8 +189,8 @@ def _decode_tagged_call(body: str) -> QAReply:
         body = fence.group(1)
     try:
         obj, _ = json.JSONDecoder().raw_decode(body)
-    except json.JSONDecodeError as exc:
-        return QAReply("invalid", error=f"the tool call is not valid JSON ({exc.msg} at char {exc.pos})")
+    except (ValueError, RecursionError) as exc:
+        return QAReply("invalid", error=f"the tool call is not valid JSON ({_json_problem(exc)})")
     reply = _tool_call_from_object(obj)
     if reply is None:
         return QAReply("invalid", error='the tool call must look like {"name": "search", "arguments": '
@@ -170,10 +206,11 @@ def _find_bare_call(text: str) -> tuple[int, QAReply] | None:
             break
         try:
             obj, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
             # A span that starts like a call to our tool but does not decode is a broken call, not prose.
             if _NAMES_SEARCH.search(text, match.start(), match.start() + 200):
-                return match.start(), QAReply("invalid", error=f"the tool call is not valid JSON ({exc.msg})")
+                problem = _json_problem(exc)
+                return match.start(), QAReply("invalid", error=f"the tool call is not valid JSON ({problem})")
             continue
         reply = _tool_call_from_object(obj)
         if reply is not None:
@@ -183,9 +220,9 @@ def _find_bare_call(text: str) -> tuple[int, QAReply] | None:
 
 def _find_calls(text: str) -> list[tuple[int, QAReply]]:
     calls = []
-    tag = _SEARCH_TAG.search(text)
+    tag = next(_tag_bodies(text, _SEARCH_OPEN, _SEARCH_CLOSE), None)
     if tag:
-        calls.append((tag.start(), QAReply("search", query=tag.group(1))))
+        calls.append((tag[0], QAReply("search", query=tag[1])))
     else:
         unclosed = _SEARCH_OPEN.search(text)
         if unclosed:

@@ -387,7 +387,13 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     (a comment just before a level, such as Boxoban's ``; 12``, becomes its name); ``.parquet`` and ``.jsonl`` have
     a ``layout`` field holding a list of row strings or one string with newlines (the ERL paper's format), and an
     optional ``uid``/``layout_name``/``name`` used as the level's name.
+
+    A level whose start is already lost (a box off-goal on a square from which no goal can be reached, such as a
+    corner) is an error: it is a broken level, not a hard one. Deeper unsolvability is left to the solver (the env
+    reports ``optimal_steps=None``): searching every level at load time would make big collections slow to open.
+    Repeated levels and repeated names are allowed (a collection may weight a level by repeating it; names are labels).
     """
+    from erl_envs.sokoban_solver import dead_squares  # the solver imports this module
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"level file not found: {path}")
@@ -410,8 +416,13 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     levels = []
     for where, rows, name, first_line in records:
         try:
-            levels.append(parse_level(rows, name=name))
+            level = parse_level(rows, name=name)
+            lost = sorted((level.boxes - level.targets) & dead_squares(level))
+            if lost:
+                raise LevelError(f"the level cannot be solved: the box at {_where(lost[0])} can never be pushed onto "
+                                 f"a goal (it is in a corner or against a wall with no goal along it)", *lost[0])
         except LevelError as err:
             at = f", file line {first_line + err.row}" if first_line and err.row is not None else ""
             raise LevelError(f"{path}: {where}{at}: {err}") from None
+        levels.append(level)
     return levels

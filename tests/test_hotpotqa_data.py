@@ -179,11 +179,11 @@ def test_paper_eval_split_has_questions_without_passages(paper_tasks):
 def test_corpus_files_and_forms(tmp_path):
     path = write_jsonl(tmp_path / "wiki.jsonl", [
         {"id": "1", "title": "Dulind", "text": "A city."},
-        {"id": 2, "contents": '"Osk Works"\nA company in Dulind.'},
+        {"id": 7, "contents": '"Osk Works"\nA company in Dulind.'},
         {"title": "No id", "text": "Gets its position."},
     ])
     passages = load_corpus(path)
-    assert passages == [Passage("1", "Dulind", "A city."), Passage("2", "Osk Works", "A company in Dulind."),
+    assert passages == [Passage("1", "Dulind", "A city."), Passage("7", "Osk Works", "A company in Dulind."),
                         Passage("2", "No id", "Gets its position.")]
     assert load_corpus([{"title": "T", "text": "x"}]) == [Passage("0", "T", "x")]
     assert load_corpus([Passage("a", "b", "c")]) == [Passage("a", "b", "c")]
