@@ -1,0 +1,77 @@
+"""Held-out evaluation, the paper's protocol: first attempt only, initial prompt, no reflection, no memory.
+
+The held-out tasks are the paper's test set for the grid games when its folder is given (``../shared/paper_tasks``
+in this project), else a seeded split whose seeds training never draws (training seeds are below ``EVAL_SEED_BASE``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from erl_agents.models import Policy
+from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
+
+__all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "evaluate"]
+
+# Training task seeds are drawn from [0, EVAL_SEED_BASE); held-out seeds start here.
+EVAL_SEED_BASE = 2**30
+
+Task = tuple  # (seed, reset options or None)
+
+
+def seeded_tasks(count: int, base: int = EVAL_SEED_BASE) -> list[Task]:
+    return [(base + i, None) for i in range(count)]
+
+
+def paper_tasks(env_id: str, folder: str | os.PathLike) -> list[Task] | None:
+    """The paper's test instances as ``(seed, options)`` for our envs, or ``None`` when there is none for ``env_id``.
+
+    FrozenLake rows are generator parameters (seed, size, p), replayed with our generator; Sokoban layouts are exact.
+    """
+    folder = Path(folder)
+    import pandas as pd
+
+    if env_id.startswith("ERL-FrozenLake") and (folder / "frozenlake_test.parquet").exists():
+        rows = pd.read_parquet(folder / "frozenlake_test.parquet")
+        return [(int(r.seed), {"size": int(r.size), "p": float(r.p)}) for r in rows.itertuples()]
+    if env_id.startswith("ERL-Sokoban") and (folder / "sokoban_test.parquet").exists():
+        rows = pd.read_parquet(folder / "sokoban_test.parquet")
+        return [(int(r.index), {"level": [str(line) for line in r.layout]}) for r in rows.itertuples()]
+    return None
+
+
+def evaluate(
+    policy: Policy,
+    envs: Sequence[gym.Env],
+    tasks: Sequence[Task],
+    samples: int,
+    sampling: SamplingParams,
+    constrained: bool = False,
+    max_seq_len: int = 8192,
+) -> dict[str, float]:
+    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes."""
+    resets = [task for task in tasks for _ in range(samples)]
+    owners = [i for i in range(len(tasks)) for _ in range(samples)]
+    returns, successes, tokens = [], [], 0
+    table = ConstraintTable()
+    for start in range(0, len(resets), len(envs)):
+        chunk = resets[start:start + len(envs)]
+        episodes = run_episodes(policy, envs[: len(chunk)], chunk, owners[start:start + len(chunk)], sampling,
+                                constrained=constrained, max_seq_len=max_seq_len, table=table)
+        for episode in episodes:
+            returns.append(episode.returns)
+            successes.append(float(episode.success))
+            tokens += sum(t.num_model_tokens for t in episode.trajectories)
+    per_task = np.asarray(successes).reshape(len(tasks), samples).mean(axis=1)
+    return {
+        "success": float(np.mean(successes)),
+        "reward": float(np.mean(returns)),
+        "solved_any": float(np.mean(per_task > 0)),
+        "episodes": float(len(resets)),
+        "tokens": float(tokens),
+    }

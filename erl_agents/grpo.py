@@ -1,0 +1,170 @@
+"""GRPO advantages and losses as small pure functions on tensors (PAPER.md section 2).
+
+Shapes: ``[B, T]`` token matrices (sequence, position) with a 0/1 ``mask`` marking the model's own tokens, and
+``[B]`` per-sequence rewards/advantages. ``aggregate`` is the only place a token-level loss becomes a scalar.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "group_advantages",
+    "raft_advantages",
+    "token_log_probs",
+    "ppo_token_loss",
+    "k3_kl",
+    "reverse_kl",
+    "aggregate",
+]
+
+ADVANTAGE_ESTIMATORS = ("grpo", "dr_grpo", "raft")
+# Logit given to tokens outside a constrained set: exp() underflows to exactly 0, yet unlike -inf it never turns a
+# gradient into nan (0 * -inf) in the entropy or KL terms.
+MASKED_LOGIT = -1e9
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    estimator: str = "grpo",
+    eps: float = 1e-6,
+    single_member: str = "reward",
+) -> torch.Tensor:
+    """One advantage per sequence from its reward and the rewards of its group.
+
+    * ``grpo``: ``(r - mean) / (std + eps)`` with the *unbiased* std (n - 1 denominator), as verl computes it.
+    * ``dr_grpo``: ``r - mean`` (Dr. GRPO: no std, so easy and hard groups are not rescaled).
+    * ``raft``: ``max(r, 0)``, no baseline (reward-ranked fine-tuning; used for distilled copies).
+
+    Identical rewards in a group give 0 under grpo and dr_grpo. A group of one has no baseline: ``single_member=
+    "reward"`` gives it its raw reward (verl's behaviour, so the paper's), ``"zero"`` gives it 0 (no signal).
+    """
+    if rewards.shape != groups.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards and groups must be 1-D of the same length, got {tuple(rewards.shape)} and "
+                         f"{tuple(groups.shape)}")
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {list(ADVANTAGE_ESTIMATORS)}")
+    if single_member not in ("reward", "zero"):
+        raise ValueError(f"single_member must be 'reward' or 'zero', got {single_member!r}")
+    rewards = rewards.double()
+    if estimator == "raft":
+        return raft_advantages(rewards).float()
+    _, index, counts = torch.unique(groups, return_inverse=True, return_counts=True)
+    n = counts.double()
+    sums = torch.zeros_like(n).index_add_(0, index, rewards)
+    mean = sums / n
+    centred = rewards - mean[index]
+    if estimator == "dr_grpo":
+        adv = centred
+    else:
+        square_sums = torch.zeros_like(n).index_add_(0, index, centred**2)
+        std = torch.sqrt(square_sums / (n - 1).clamp(min=1))
+        adv = centred / (std[index] + eps)
+    single = counts[index] == 1
+    adv = torch.where(single, rewards if single_member == "reward" else torch.zeros_like(rewards), adv)
+    return adv.float()
+
+
+def raft_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """``max(r, 0)``: imitate what scored, in proportion to its score, and never push anything down."""
+    return rewards.clamp(min=0)
+
+
+def token_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    allowed: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of each target and the entropy of its distribution, under ``softmax(logits / temperature)``.
+
+    ``logits`` is ``[N, V]`` (one row per scored token), ``targets`` ``[N]``. ``allowed`` (``[N, V]`` bool, optional)
+    restricts each row to a set of tokens, as constrained decoding sampled it, so the trained policy is exactly
+    the sampling policy.
+    """
+    logits = logits.float() / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, MASKED_LOGIT)
+    log_p = torch.log_softmax(logits, dim=-1)
+    target_log_p = log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    return target_log_p, entropy
+
+
+def ppo_token_loss(
+    log_p: torch.Tensor,
+    old_log_p: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate per token (to minimise) and where the clip was active.
+
+    ``advantages`` broadcasts against ``log_p`` (``[B, 1]`` for one advantage per sequence). Separate low/high clip
+    ranges ("clip-higher", DAPO) let unlikely tokens with positive advantage grow faster than likely ones shrink.
+    """
+    ratio = torch.exp(log_p - old_log_p)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    return loss, (clipped > unclipped)
+
+
+def k3_kl(log_p: torch.Tensor, ref_log_p: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(pi || ref) per token: ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, low variance)."""
+    log_ratio = ref_log_p - log_p
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def reverse_kl(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    allowed: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Exact per-position KL(student || teacher) over the vocabulary (rows ``[N, V]``; the teacher is detached).
+
+    ``allowed`` restricts both distributions to the tokens constrained decoding allowed at that position.
+    """
+    student = student_logits.float() / temperature
+    teacher = teacher_logits.detach().float() / temperature
+    if allowed is not None:
+        student = student.masked_fill(~allowed, MASKED_LOGIT)
+        teacher = teacher.masked_fill(~allowed, MASKED_LOGIT)
+    log_s = torch.log_softmax(student, dim=-1)
+    log_t = torch.log_softmax(teacher, dim=-1)
+    return (log_s.exp() * (log_s - log_t)).sum(-1)
+
+
+def aggregate(
+    loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> torch.Tensor:
+    """Reduce a ``[B, T]`` token loss to a scalar over the tokens where ``mask`` is 1.
+
+    * ``token-mean``: sum over all tokens / number of tokens (long sequences weigh more).
+    * ``seq-mean-token-mean``: mean over tokens in each sequence, then mean over sequences.
+    * ``seq-mean-token-sum``: sum over tokens in each sequence, then mean over sequences (the paper's setting).
+
+    ``num_tokens`` / ``num_seqs`` are the normalisers of the *whole* batch when ``loss`` is one micro-batch of it:
+    then the micro-batch results sum to the full-batch result, whatever the split (and, later, whatever the rank).
+    """
+    mask = mask.to(loss.dtype)
+    masked = loss * mask
+    if mode == "token-mean":
+        total = num_tokens if num_tokens is not None else mask.sum()
+        return masked.sum() / max(float(total), 1.0)
+    if mode not in ("seq-mean-token-mean", "seq-mean-token-sum"):
+        raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {list(LOSS_AGGREGATIONS)}")
+    per_seq = masked.sum(-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1.0)
+    total = num_seqs if num_seqs is not None else loss.shape[0]
+    return per_seq.sum() / max(float(total), 1.0)

@@ -1,0 +1,205 @@
+"""The policy: any Hugging Face causal LM, or a tiny one built in code, and token-level chat formatting.
+
+Real models come from ``from_pretrained`` (a hub name already in the local cache, or a directory). The tiny model
+that CPU runs and tests use is built here from a config, with a byte-level BPE tokenizer trained on the envs' own
+text, so nothing is downloaded; it is saved with ``save_pretrained`` and loads back like any other model.
+
+``ChatFormat`` is what lets the rollout be token-in/token-out: it turns the chat template into token *segments*
+(the opening of a conversation, one more user turn) so that a multi-turn episode grows by appending tokens and the
+history is never re-tokenised.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+__all__ = [
+    "TINY_SPECIAL_TOKENS",
+    "TINY_CHAT_TEMPLATE",
+    "build_tiny_tokenizer",
+    "build_tiny_model",
+    "load_policy",
+    "ChatFormat",
+    "Policy",
+]
+
+TINY_SPECIAL_TOKENS = ["<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+
+# One role marker, the content, one end-of-turn token: the smallest template that still has every part a real
+# template has, so the tiny model exercises the same code path as Qwen or Llama.
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+# A plain template for real tokenizers that ship without one (base models): role headers and the EOS token.
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}{% if add_generation_prompt %}Assistant: {% endif %}"
+)
+
+# Pre-tokenisation for the tiny tokenizer. A grid cell " S \t" and a canonical move "```Up```" are single pieces,
+# so BPE can give each one token (the model then sees one token per cell); the rest is split like GPT-2 splits text.
+TINY_PRETOKENIZE_PATTERN = (
+    r" \S \t|```[A-Za-z]+```|'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+)
+
+
+def build_tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``corpus`` (env observations, prompts, action strings).
+
+    Byte-level means every string round-trips, including text the corpus never showed (a model's noise, a
+    reflection); the corpus only decides which pieces get their own token.
+    """
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(TINY_PRETOKENIZE_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=TINY_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|end|>", padding_side="left"
+    )
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    intermediate_size: int = 512,
+    max_positions: int = 4096,
+    seed: int = 0,
+) -> LlamaForCausalLM:
+    """A small Llama (RoPE, so long multi-turn contexts cost no position table) with tied embeddings."""
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str | None = None):
+    """Load a causal LM and its tokenizer by hub name (from the local cache) or directory; returns ``Policy``."""
+    dtypes = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in dtypes:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(dtypes)}")
+    if not os.path.isdir(name_or_path):
+        # Never download at run time: a hub name must already be in the local cache.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    kwargs = {"dtype": dtypes[dtype]}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs).to(device)
+    return Policy(model, tokenizer)
+
+
+class ChatFormat:
+    """Token segments of a chat template: open a conversation, add a user turn, close an assistant turn.
+
+    Segments are found by rendering a fixed example conversation and taking string differences, so any template
+    whose renderings extend each other (Qwen, Llama, Olmo and the tiny one do) works unchanged.
+    """
+
+    def __init__(self, tokenizer):
+        if not getattr(tokenizer, "chat_template", None):
+            tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        self.tokenizer = tokenizer
+        base = [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "\x00"},
+        ]
+        with_assistant = self._render(base, generation_prompt=False)
+        with_user = self._render(base + [{"role": "user", "content": "\x01"}], generation_prompt=True)
+        if not with_user.startswith(with_assistant):
+            raise ValueError(
+                "this chat template re-renders earlier turns when a turn is added, so conversations cannot be built "
+                "by appending tokens; use a model whose template extends its renderings"
+            )
+        after_reply = with_assistant[with_assistant.index("\x00") + 1:]
+        self._user_prefix, self._user_suffix = with_user[len(with_assistant):].split("\x01")
+        eot = self._encode(after_reply)
+        if not eot:
+            raise ValueError("the chat template writes nothing after an assistant turn, so a turn cannot end")
+        # The first token after a reply ends the turn (``<|im_end|>``, ``<|eot_id|>``, ``<|end|>``); whatever the
+        # template writes after it (often a newline) is glue the model never generates.
+        self.end_of_turn_id = eot[0]
+        self._glue = eot[1:]
+        self.stop_ids = sorted({self.end_of_turn_id} | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None
+                                                         else set()))
+
+    def _render(self, messages, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def open(self, system_prompt: str, user: str) -> list[int]:
+        """Tokens of a new conversation up to the point where the assistant speaks."""
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
+        return self._encode(self._render(messages, generation_prompt=True))
+
+    def user_turn(self, content: str) -> list[int]:
+        """Tokens that follow the assistant's end-of-turn token: glue, the user turn, the assistant header."""
+        return self._glue + self._encode(self._user_prefix + content + self._user_suffix)
+
+    def reply_text(self, reply_ids: Sequence[int]) -> str:
+        """The text of a reply, without its end-of-turn token."""
+        ids = [i for i in reply_ids if i not in self.stop_ids]
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@dataclass
+class Policy:
+    """A model, its tokenizer and its chat format: everything the rollout needs to talk to an env."""
+
+    model: torch.nn.Module
+    tokenizer: object
+
+    def __post_init__(self):
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.chat = ChatFormat(self.tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def save(self, path: str) -> None:
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

@@ -1,0 +1,412 @@
+"""Batched multi-episode rollouts with token-in/token-out trajectories.
+
+Every live episode is advanced one turn at a time, and all episodes that need a reply of the same kind (an action,
+or a reflection, which samples differently) share one ``generate`` call. Each conversation is a single growing token
+list: the model's sampled tokens are appended as they came out of ``generate`` (loss mask 1, with their sampling
+log-probs), the env's messages are appended as chat-template segments (mask 0), and nothing is ever re-tokenised.
+
+With ``ReflectionWrapper`` an episode holds up to three conversations (first attempt, reflection, second attempt);
+``info["new_conversation"]`` closes one and opens the next. After the episode, the consolidation copies are built
+from token lists too: the second attempt with the system-prompt tokens swapped for the initial prompt's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import gymnasium as gym
+import torch
+
+from erl_agents.models import Policy
+from erl_envs.protocol import instructions_of
+
+__all__ = [
+    "ROLES",
+    "SamplingParams",
+    "Trajectory",
+    "Episode",
+    "ConstraintTable",
+    "generate_replies",
+    "run_episodes",
+    "consolidation_copies",
+]
+
+# attempt1: first attempts; reflection: the reflection text; attempt2: raw second attempts; distilled: the second
+# attempt re-scored under the initial prompt (imitation) or a first attempt paired with its reflected context
+# (reverse-KL consolidation).
+ROLES = ("attempt1", "reflection", "attempt2", "distilled")
+_ROLE_OF_PHASE = {"attempt1": "attempt1", "reflect": "reflection", "attempt2": "attempt2"}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+
+
+@dataclass
+class Trajectory:
+    """One conversation as the model saw it: tokens, which of them are the model's, and how they were sampled."""
+
+    role: str
+    task: int  # index of the task in the rollout's task list (the GRPO group is (task, role))
+    episode: int
+    tokens: list[int]
+    mask: list[int]  # 1 on tokens the model sampled
+    logprobs: list[float]  # sampling log-probs (0.0 where mask is 0)
+    constraints: list[int]  # per token: index into ConstraintTable, -1 for free sampling
+    prompt_len: int  # tokens of the opening: system prompt + first observation + assistant header
+    system_prompt: str
+    first_observation: str
+    reward: float = 0.0
+    success: bool = False
+    overflowed: bool = False  # reached max_seq_len; later turns of this conversation were empty replies
+    teacher_tokens: list[int] | None = None  # reverse-KL consolidation: the same tokens under the reflected context
+    teacher_offset: int = 0  # position of token i of `tokens` in `teacher_tokens` is i + teacher_offset
+    advantage: float = 0.0
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(self.mask)
+
+    def append(self, ids: Sequence[int], model: bool, logprobs: Sequence[float] | None = None,
+               constraints: Sequence[int] | None = None) -> None:
+        self.tokens.extend(ids)
+        self.mask.extend([1 if model else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.constraints.extend(constraints if constraints is not None else [-1] * len(ids))
+
+
+@dataclass
+class Episode:
+    """Everything one episode produced: its conversations and, through ReflectionWrapper, its record."""
+
+    task: int
+    index: int
+    trajectories: list[Trajectory] = field(default_factory=list)
+    record: dict | None = None
+    initial_system_prompt: str = ""
+    returns: float = 0.0
+    success: bool = False
+
+    def trajectory(self, role: str) -> Trajectory | None:
+        return next((t for t in self.trajectories if t.role == role), None)
+
+
+class ConstraintTable:
+    """The token sets constrained decoding allowed, interned so a trajectory stores one small int per token."""
+
+    def __init__(self):
+        self.sets: list[tuple[int, ...]] = []
+        self._index: dict[tuple[int, ...], int] = {}
+
+    def intern(self, allowed: Sequence[int]) -> int:
+        key = tuple(sorted(set(allowed)))
+        if key not in self._index:
+            self._index[key] = len(self.sets)
+            self.sets.append(key)
+        return self._index[key]
+
+    def allowed_mask(self, indices: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """``[N, V]`` bool: row i allows the set ``indices[i]``, or every token when it is -1."""
+        mask = torch.ones(len(indices), vocab_size, dtype=torch.bool)
+        for row in torch.nonzero(indices >= 0).flatten().tolist():
+            mask[row] = False
+            mask[row, list(self.sets[int(indices[row])])] = True
+        return mask
+
+
+class _ActionTrie:
+    """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix."""
+
+    def __init__(self, policy: Policy, actions: Sequence[str]):
+        end = policy.chat.end_of_turn_id
+        self.root: dict = {}
+        for text in actions:
+            node = self.root
+            for token in policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]:
+                node = node.setdefault(token, {})
+        self.fallback = [end]
+
+    def allowed(self, prefix: Sequence[int]) -> list[int]:
+        node = self.root
+        for token in prefix:
+            node = node.get(token)
+            if node is None:
+                return self.fallback
+        return list(node) or self.fallback
+
+
+@dataclass
+class Reply:
+    ids: list[int]  # sampled tokens, including the end-of-turn token when the model produced it
+    logprobs: list[float]
+    constraints: list[int]
+    finished: bool  # ended with a stop token (else it hit max_new_tokens)
+
+
+@torch.inference_mode()
+def generate_replies(
+    policy: Policy,
+    contexts: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    valid_actions: Sequence[str] | None = None,
+    table: ConstraintTable | None = None,
+) -> list[Reply]:
+    """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
+
+    With ``valid_actions`` the reply is restricted token by token to those strings (then end of turn), and each
+    sampled token records the set it was drawn from in ``table`` so the update scores it under the same set.
+    """
+    tokenizer, chat = policy.tokenizer, policy.chat
+    width = max(len(c) for c in contexts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention[row, width - len(ids):] = 1
+    trie = _ActionTrie(policy, valid_actions) if valid_actions else None
+    kwargs: dict[str, Any] = {}
+    max_new = sampling.max_new_tokens
+    if trie is not None:
+        kwargs["prefix_allowed_tokens_fn"] = lambda _row, ids: trie.allowed(ids[width:].tolist())
+        depth = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in valid_actions) + 1
+        max_new = min(max_new, depth) if max_new >= depth else depth
+    out = policy.model.generate(
+        input_ids=input_ids.to(policy.device),
+        attention_mask=attention.to(policy.device),
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=max_new,
+        eos_token_id=chat.stop_ids,
+        pad_token_id=pad,
+        output_scores=True,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+    new = out.sequences[:, width:].cpu()
+    # Log-probs of the sampled tokens under the distribution actually sampled from (after temperature/top-k/top-p).
+    scores = torch.stack(out.scores, dim=1).float().cpu()  # [B, new, V]
+    step_logprobs = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    replies = []
+    stops = set(chat.stop_ids)
+    for row in range(len(contexts)):
+        ids = new[row].tolist()
+        finished = False
+        for cut, token in enumerate(ids):
+            if token in stops:
+                ids, finished = ids[: cut + 1], True
+                break
+        constraints = [-1] * len(ids)
+        if trie is not None and table is not None:
+            constraints = [table.intern(trie.allowed(ids[:k])) for k in range(len(ids))]
+        replies.append(Reply(ids, step_logprobs[row, : len(ids)].tolist(), constraints, finished))
+    return replies
+
+
+class _Live:
+    """Per-episode state while it runs."""
+
+    def __init__(self, env: gym.Env, episode: Episode, valid_actions):
+        self.env = env
+        self.episode = episode
+        self.valid_actions = valid_actions
+        self.conversation: Trajectory | None = None
+        self.phase = "attempt1"
+
+
+def _valid_actions_of(env: gym.Env) -> list[str] | None:
+    actions = getattr(env.unwrapped, "valid_actions", None)
+    if actions is None:
+        return None
+    actions = list(actions)
+    if not actions or not all(isinstance(a, str) and a for a in actions):
+        raise ValueError(f"env.unwrapped.valid_actions must be a non-empty list of non-empty str, got {actions!r}")
+    return actions
+
+
+def run_episodes(
+    policy: Policy,
+    envs: Sequence[gym.Env],
+    resets: Sequence[tuple[int, dict | None]],
+    tasks: Sequence[int],
+    sampling: SamplingParams,
+    reflect_sampling: SamplingParams | None = None,
+    constrained: bool = False,
+    max_seq_len: int = 8192,
+    table: ConstraintTable | None = None,
+    timing: dict[str, float] | None = None,
+) -> list[Episode]:
+    """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
+
+    ``envs`` may be plain text envs (one conversation per episode) or ``ReflectionWrapper``s (up to three). The
+    reflect phase samples with ``reflect_sampling`` and is never constrained. ``timing`` accumulates seconds spent
+    in ``generation`` and ``env``.
+    """
+    if not (len(envs) == len(resets) == len(tasks)):
+        raise ValueError(f"envs, resets and tasks must have the same length, got {len(envs)}, {len(resets)}, {len(tasks)}")
+    timing = timing if timing is not None else {}
+    timing.setdefault("generation", 0.0)
+    timing.setdefault("env", 0.0)
+    chat = policy.chat
+    reflect_sampling = reflect_sampling or sampling
+    live: list[_Live] = []
+    clock = time.perf_counter()
+    for index, (env, (seed, options), task) in enumerate(zip(envs, resets, tasks)):
+        obs, info = env.reset(seed=seed, options=options)
+        episode = Episode(task=task, index=index, initial_system_prompt=instructions_of(env))
+        state = _Live(env, episode, _valid_actions_of(env) if constrained else None)
+        _open(state, chat, info.get("system_prompt") or episode.initial_system_prompt, obs, info.get("phase", "attempt1"),
+              max_seq_len)
+        live.append(state)
+    episodes = [state.episode for state in live]
+    timing["env"] += time.perf_counter() - clock
+
+    while live:
+        replies: dict[int, Reply | None] = {}
+        # Group the episodes that need a reply by how it is sampled; each group is one generate call.
+        groups: dict[tuple, list[int]] = {}
+        for i, state in enumerate(live):
+            conversation = state.conversation
+            if conversation.overflowed or len(conversation.tokens) + 2 > max_seq_len:
+                conversation.overflowed = True
+                replies[i] = None
+                continue
+            reflect = state.phase == "reflect"
+            actions = None if reflect or state.valid_actions is None else tuple(state.valid_actions)
+            groups.setdefault((reflect, actions), []).append(i)
+        clock = time.perf_counter()
+        for (reflect, actions), members in groups.items():
+            params = reflect_sampling if reflect else sampling
+            # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
+            budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
+            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(budget, 1))
+            out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table)
+            replies.update(zip(members, out))
+        timing["generation"] += time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        still = []
+        for i, state in enumerate(live):
+            reply = replies[i]
+            conversation = state.conversation
+            if reply is None:
+                text = ""
+            else:
+                conversation.append(reply.ids, model=True, logprobs=reply.logprobs, constraints=reply.constraints)
+                if not reply.finished:
+                    # The turn hit max_new_tokens: close it like the template would, as an env token (no gradient).
+                    conversation.append([chat.end_of_turn_id], model=False)
+                text = chat.reply_text(reply.ids)
+            obs, reward, terminated, truncated, info = state.env.step(text)
+            conversation.reward += float(reward)
+            state.episode.returns += float(reward)
+            if terminated or truncated:
+                _finish(state, info)
+            elif info.get("new_conversation"):
+                _close(state)
+                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len)
+                still.append(state)
+            else:
+                state.phase = info.get("phase", state.phase)
+                segment = chat.user_turn(obs)
+                # A turn that would not fit (with room for one reply token) ends the conversation's growth.
+                if len(conversation.tokens) + len(segment) + 2 > max_seq_len:
+                    conversation.overflowed = True
+                if not conversation.overflowed:
+                    conversation.append(segment, model=False)
+                still.append(state)
+        live = still
+        timing["env"] += time.perf_counter() - clock
+    return episodes
+
+
+def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int) -> None:
+    tokens = chat.open(system_prompt, obs)
+    role = _ROLE_OF_PHASE.get(phase, "attempt1")
+    state.phase = phase
+    state.conversation = Trajectory(
+        role=role, task=state.episode.task, episode=state.episode.index, tokens=tokens, mask=[0] * len(tokens),
+        logprobs=[0.0] * len(tokens), constraints=[-1] * len(tokens), prompt_len=len(tokens),
+        system_prompt=system_prompt, first_observation=obs, overflowed=len(tokens) >= max_seq_len,
+    )
+
+
+def _close(state: _Live) -> None:
+    if state.conversation is not None:
+        state.episode.trajectories.append(state.conversation)
+        state.conversation = None
+
+
+def _finish(state: _Live, info: dict) -> None:
+    _close(state)
+    episode = state.episode
+    record = info.get("record")
+    episode.record = record
+    if record is None:
+        conversation = episode.trajectories[-1]
+        success = info.get("success")
+        conversation.success = bool(success) if success is not None else conversation.reward >= 1.0
+        episode.success = conversation.success
+        return
+    # Rewards come from the record so that each role gets exactly the paper's reward: attempt1 -> r1,
+    # reflection and attempt2 -> r2.
+    r1, r2 = float(record["r1"]), record.get("r2")
+    attempts = {"attempt1": record.get("attempt1") or {}, "attempt2": record.get("attempt2") or {}}
+    for trajectory in episode.trajectories:
+        if trajectory.role == "attempt1":
+            trajectory.reward, trajectory.success = r1, bool(attempts["attempt1"].get("success", r1 >= 1.0))
+        elif r2 is not None:
+            trajectory.reward = float(r2)
+            trajectory.success = bool(attempts["attempt2"].get("success", float(r2) >= 1.0))
+    episode.success = bool(attempts["attempt1"].get("success", r1 >= 1.0))
+
+
+def consolidation_copies(policy: Policy, episodes: Sequence[Episode], mode: str = "imitation",
+                         max_seq_len: int = 8192) -> list[Trajectory]:
+    """The ``distilled`` trajectories of ERL's consolidation step, built by swapping prompt tokens.
+
+    * ``imitation`` (the paper): the second attempt's tokens after its opening, behind the opening of the
+      *initial* system prompt, rewarded r2 (the trainer gives it advantage max(r2, 0)).
+    * ``reverse_kl`` (the paper's future work): the first attempt as sampled (the student's own tokens), paired with
+      the same tokens behind the second attempt's reflected system prompt (the teacher context).
+
+    Only episodes whose second attempt scored r2 > 0 yield a copy: the others would get advantage 0 (imitation) or
+    weight 0 (the 1(r2 > 0) of reverse-KL) and carry no signal, so they are not scored at all.
+    """
+    if mode not in ("imitation", "reverse_kl"):
+        raise ValueError(f"unknown consolidation mode {mode!r}; choose 'imitation' or 'reverse_kl'")
+    chat = policy.chat
+    copies = []
+    for episode in episodes:
+        second = episode.trajectory("attempt2")
+        if second is None or second.reward <= 0:
+            continue
+        if mode == "imitation":
+            source, system = second, episode.initial_system_prompt
+        else:
+            source, system = episode.trajectory("attempt1"), episode.initial_system_prompt
+        opening = chat.open(system, source.first_observation)
+        body = slice(source.prompt_len, None)
+        copy = Trajectory(
+            role="distilled", task=episode.task, episode=episode.index,
+            tokens=(opening + source.tokens[body])[:max_seq_len],
+            mask=([0] * len(opening) + source.mask[body])[:max_seq_len],
+            logprobs=([0.0] * len(opening) + source.logprobs[body])[:max_seq_len],
+            constraints=([-1] * len(opening) + source.constraints[body])[:max_seq_len],
+            prompt_len=len(opening), system_prompt=system, first_observation=source.first_observation,
+            reward=second.reward, success=second.success, overflowed=source.overflowed,
+        )
+        if mode == "reverse_kl":
+            teacher_opening = chat.open(second.system_prompt, source.first_observation)
+            copy.teacher_tokens = (teacher_opening + source.tokens[body])[: max_seq_len + len(teacher_opening)]
+            copy.teacher_offset = len(teacher_opening) - len(opening)
+        copies.append(copy)
+    return copies

@@ -1,0 +1,118 @@
+"""``erl-train``: train a policy with RLVR or ERL on a text env, from flags, a preset and/or a config file.
+
+Examples::
+
+    erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
+    erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
+    erl-train --config my_run.yaml --steps 50 --resume
+
+Every field of ``TrainConfig`` is a flag (``--tasks-per-step``; booleans also as ``--no-...``); precedence is
+defaults < preset < config file < flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from typing import Any, Sequence
+
+from erl_agents.config import PRESETS, TrainConfig, build_config
+
+__all__ = ["build_parser", "parse_config", "summary_table", "main"]
+
+
+def _field_help(source: str) -> dict[str, str]:
+    """The one-line comment beside each field in config.py becomes its --help text."""
+    helps = {}
+    for line in source.splitlines():
+        stripped = line.strip()
+        if ":" in stripped and "#" in stripped and not stripped.startswith("#"):
+            name = stripped.split(":", 1)[0].strip()
+            if name.isidentifier():
+                helps[name] = stripped.split("#", 1)[1].strip()
+    return helps
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import inspect
+
+    from erl_agents import config as config_module
+
+    helps = _field_help(inspect.getsource(config_module.TrainConfig))
+    hints = typing.get_type_hints(TrainConfig)
+    parser = argparse.ArgumentParser(
+        prog="erl-train", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--config", help="YAML or JSON file of field overrides (applied after --preset)")
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        kind = hints[field.name]
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        help_text = helps.get(field.name, "")
+        if field.name == "preset":
+            help_text += f" (one of {sorted(PRESETS)})"
+        # default=SUPPRESS: only flags the user typed override the preset and the config file.
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                                help=f"{help_text} (default: {default})")
+        elif kind is dict:
+            parser.add_argument(flag, type=json.loads, default=argparse.SUPPRESS, metavar="JSON",
+                                help=f"{help_text} (default: {default})")
+        else:
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
+                                help=f"{help_text} (default: {default!r})")
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+    args = vars(build_parser().parse_args(argv))
+    file = args.pop("config", None)
+    preset = {"preset": args["preset"]} if "preset" in args else {}
+    return build_config(preset, file=file, flags=args)
+
+
+def summary_table(metrics: Sequence[dict]) -> str:
+    """The end-of-run table: first and last held-out success, last training success per role, time split."""
+    if not metrics:
+        return "no steps were run"
+    evals = [m for m in metrics if "eval/success" in m]
+    trained = [m for m in metrics if m.get("step", 0) > 0]
+    lines = ["| metric | value |", "|---|---|"]
+    if evals:
+        lines.append(f"| held-out success, step {evals[0]['step']} | {evals[0]['eval/success']:.3f} |")
+        lines.append(f"| held-out success, step {evals[-1]['step']} | {evals[-1]['eval/success']:.3f} |")
+        best = max(evals, key=lambda m: m["eval/success"])
+        lines.append(f"| best held-out success (step {best['step']}) | {best['eval/success']:.3f} |")
+    if trained:
+        last = trained[-1]
+        for key in ("success/attempt1", "success/attempt2", "reward/reflection", "lift", "entropy"):
+            if key in last:
+                lines.append(f"| {key} (last step) | {last[key]:.3f} |")
+        for part in ("generation", "env", "update", "eval"):
+            total = sum(m.get(f"time/{part}", 0.0) for m in metrics)
+            lines.append(f"| time in {part} | {total:.1f} s |")
+        lines.append(f"| wall time | {last.get('time/elapsed', 0.0):.1f} s ({last['step']} steps) |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_config(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    from erl_agents.trainer import Trainer
+
+    trainer = Trainer(config)
+    metrics = trainer.train()
+    print(summary_table(metrics))
+    print(f"run directory: {config.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

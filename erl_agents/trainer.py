@@ -1,0 +1,573 @@
+"""The training loop, top to bottom: rollout -> advantages -> loss -> update -> log -> eval -> checkpoint.
+
+``--algo rlvr`` samples n first attempts per task and forms one GRPO group per task. ``--algo erl`` runs each
+episode through ``ReflectionWrapper`` (first attempt, reflection on failure, second attempt with the reflection as
+system prompt, shared memory) and adds consolidation copies; groups are per (task, role) (PAPER.md sections 1-2).
+
+Ready for data parallel later: a step's rollout works on a list of tasks (a rank can take its share), the loss uses
+normalisers of the whole batch (micro-batch and rank results sum to the full-batch loss), and every file write goes
+through ``RunWriter``, which only the main process enables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from erl_agents import checkpoint as ckpt
+from erl_agents.config import TrainConfig, config_to_dict
+from erl_agents.evaluate import EVAL_SEED_BASE, evaluate, paper_tasks, seeded_tasks
+from erl_agents.grpo import aggregate, group_advantages, k3_kl, ppo_token_loss, raft_advantages, reverse_kl, token_log_probs
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
+from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, consolidation_copies, run_episodes
+
+__all__ = ["Trainer", "RunWriter", "assign_advantages", "policy_update", "tiny_corpus", "make_env"]
+
+GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Setup helpers
+
+
+def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
+    import erl_envs  # noqa: F401  (registers the ERL envs)
+
+    # JSON and YAML have no tuples; our envs take ranges such as size=(2, 4) as tuples.
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in env_kwargs.items()}
+    return gym.make(env_id, **kwargs)
+
+
+def tiny_corpus(env: gym.Env, episodes: int = 200, seed: int = 0) -> list[str]:
+    """Text to train the tiny tokenizer on: every prompt, the env's observations under random play, its actions."""
+    from erl_envs import prompts
+    from erl_envs.protocol import instructions_of
+
+    rng = random.Random(seed)
+    texts = [getattr(prompts, name) for name in dir(prompts) if name.isupper() and isinstance(getattr(prompts, name), str)]
+    texts.append(instructions_of(env))
+    actions = list(getattr(env.unwrapped, "valid_actions", None) or [])
+    texts.extend(actions * 20)
+    for episode in range(episodes):
+        obs, info = env.reset(seed=EVAL_SEED_BASE * 2 + episode)
+        texts.append(obs)
+        for turn in range(50):
+            if actions:
+                action = rng.choice(actions)
+            else:
+                words = obs.split()
+                query = " ".join(rng.sample(words, min(4, len(words))))
+                action = f"<search>{query}</search>" if turn < 2 else f"\\boxed{{{rng.choice(words or ['x'])}}}"
+            texts.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            texts.append(obs)
+            for key in ("feedback", "episode_feedback"):
+                if isinstance(info.get(key), str):
+                    texts.append(info[key])
+            if terminated or truncated:
+                break
+    return texts
+
+
+class RunWriter:
+    """Every file a run writes goes through here, and only the main process writes."""
+
+    def __init__(self, folder: str | os.PathLike, enabled: bool = True):
+        self.folder = Path(folder)
+        self.enabled = enabled
+        if enabled:
+            self.folder.mkdir(parents=True, exist_ok=True)
+
+    def write_json(self, name: str, data: Any) -> None:
+        if self.enabled:
+            tmp = self.folder / f".{name}.tmp"
+            tmp.write_text(json.dumps(data, indent=2, default=str))
+            os.replace(tmp, self.folder / name)
+
+    def append_metrics(self, row: dict) -> None:
+        if self.enabled:
+            with open(self.folder / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def rewrite_metrics(self, rows: Sequence[dict]) -> None:
+        """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
+        if self.enabled:
+            tmp = self.folder / ".metrics.jsonl.tmp"
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            os.replace(tmp, self.folder / "metrics.jsonl")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Advantages
+
+
+def assign_advantages(trajectories: Sequence[Trajectory], config: TrainConfig) -> None:
+    """GRPO groups per (task, role) for attempts and reflections; distilled copies get max(r2, 0), no baseline."""
+    grouped = [t for t in trajectories if t.role in GROUPED_ROLES]
+    if grouped:
+        keys = {}
+        groups = torch.tensor([keys.setdefault((t.task, t.role), len(keys)) for t in grouped])
+        rewards = torch.tensor([t.reward for t in grouped], dtype=torch.float64)
+        advantages = group_advantages(rewards, groups, config.advantage, single_member=config.single_member)
+        for t, a in zip(grouped, advantages.tolist()):
+            t.advantage = a
+    for t in trajectories:
+        if t.role == "distilled":
+            # reverse_kl copies are trained by the KL term alone (weight 1(r2 > 0), checked when they were built).
+            t.advantage = 0.0 if t.teacher_tokens is not None else float(raft_advantages(torch.tensor(t.reward)))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loss and update
+
+
+def _collate(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, s in enumerate(sequences):
+        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention[row, : len(s)] = 1
+    return ids, attention
+
+
+def _target_matrix(trajectories: Sequence[Trajectory], width: int, field: str, fill) -> torch.Tensor:
+    """A per-token field shifted to target positions: column p describes the token predicted at position p."""
+    dtype = torch.float32 if isinstance(fill, float) else torch.long
+    out = torch.full((len(trajectories), width - 1), fill, dtype=dtype)
+    for row, t in enumerate(trajectories):
+        values = getattr(t, field)[1:]
+        out[row, : len(values)] = torch.tensor(values, dtype=dtype)
+    return out
+
+
+def selected_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
+                    select: torch.Tensor) -> torch.Tensor:
+    """Logits ``[N, V]`` predicting the selected target positions only (``select`` is ``[B, T-1]``).
+
+    The output head runs on the N selected hidden states instead of all B*T, which is most of the memory for a
+    150k-token vocabulary. Models that post-process logits (soft-capping, scaling) take the plain path.
+    """
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        logits = model(input_ids=ids, attention_mask=attention).logits
+        return logits[:, :-1][select]
+    hidden = model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
+    return model.get_output_embeddings()(hidden[:, :-1][select])
+
+
+def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
+                      pad_id: int, num_tokens: float, num_seqs: float, old: dict | None) -> tuple[torch.Tensor, dict]:
+    device = next(model.parameters()).device
+    ids, attention = _collate([t.tokens for t in batch], pad_id)
+    select = _target_matrix(batch, ids.shape[1], "mask", 0).bool()
+    constraints = _target_matrix(batch, ids.shape[1], "constraints", -1)[select]
+    ids, attention = ids.to(device), attention.to(device)
+    select_d = select.to(device)
+    seq_of_row = select.nonzero(as_tuple=True)[0]
+    targets = ids[:, 1:][select_d]
+    temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in batch])
+    temperature = temps[seq_of_row].unsqueeze(-1).to(device)
+    logits = selected_logits(model, ids, attention, select_d)
+    allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
+    log_p, entropy = token_log_probs(logits, targets, temperature, allowed)
+    old_log_p = torch.cat([old[id(t)] for t in batch]).to(device) if old is not None else log_p.detach()
+    advantages = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=device)[seq_of_row.to(device)]
+    token_loss, clipped = ppo_token_loss(log_p, old_log_p, advantages, config.clip_low, config.clip_high)
+    stats = {"clipped": clipped.float().sum().item(), "entropy": entropy.detach().sum().item(), "tokens": len(targets)}
+
+    if ref_model is not None and config.kl_coef > 0:
+        with torch.no_grad():
+            ref_log_p, _ = token_log_probs(selected_logits(ref_model, ids, attention, select_d), targets, temperature,
+                                           allowed)
+        kl = k3_kl(log_p, ref_log_p)
+        token_loss = token_loss + config.kl_coef * kl
+        stats["kl"] = kl.detach().sum().item()
+    if config.entropy_coef:
+        token_loss = token_loss - config.entropy_coef * entropy
+
+    distilled = [row for row, t in enumerate(batch) if t.teacher_tokens is not None]
+    if distilled:
+        # Teacher: the same policy, no gradient, with the reflected system prompt; rows align position by position.
+        teacher_batch = [batch[row] for row in distilled]
+        t_ids, t_attention = _collate([t.teacher_tokens for t in teacher_batch], pad_id)
+        t_select = torch.zeros((len(teacher_batch), t_ids.shape[1] - 1), dtype=torch.bool)
+        for k, (row, t) in enumerate(zip(distilled, teacher_batch)):
+            cols = select[row].nonzero(as_tuple=True)[0] + t.teacher_offset
+            t_select[k, cols] = True
+        with torch.no_grad():
+            teacher_logits = selected_logits(model, t_ids.to(device), t_attention.to(device), t_select.to(device))
+        is_distilled = torch.zeros(len(batch), dtype=torch.bool)
+        is_distilled[distilled] = True
+        rows = is_distilled[seq_of_row].to(device)
+        rkl = reverse_kl(logits[rows], teacher_logits, temperature[rows],
+                         allowed[rows] if allowed is not None else None)
+        token_loss = token_loss.clone()
+        token_loss[rows] = token_loss[rows] + config.distill_coef * rkl
+        stats["reverse_kl"] = rkl.detach().sum().item()
+        stats["reverse_kl_tokens"] = int(rows.sum())
+
+    matrix = torch.zeros(select.shape, dtype=token_loss.dtype, device=device)
+    matrix[select_d] = token_loss
+    loss = aggregate(matrix, select_d, config.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    return loss, stats
+
+
+@torch.no_grad()
+def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tensor]:
+    """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights."""
+    out = {}
+    device = next(model.parameters()).device
+    for start in range(0, len(batch), config.micro_batch_size):
+        chunk = batch[start:start + config.micro_batch_size]
+        ids, attention = _collate([t.tokens for t in chunk], pad_id)
+        select = _target_matrix(chunk, ids.shape[1], "mask", 0).bool()
+        constraints = _target_matrix(chunk, ids.shape[1], "constraints", -1)[select]
+        logits = selected_logits(model, ids.to(device), attention.to(device), select.to(device))
+        allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
+        seq_of_row = select.nonzero(as_tuple=True)[0]
+        temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in chunk])
+        log_p, _ = token_log_probs(logits, ids[:, 1:][select].to(device), temps[seq_of_row].unsqueeze(-1).to(device),
+                                   allowed)
+        counts = select.sum(-1).tolist()
+        for t, part in zip(chunk, torch.split(log_p.cpu(), counts)):
+            out[id(t)] = part
+    return out
+
+
+def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
+                  config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None) -> dict:
+    """PPO epochs x minibatches optimizer steps over the batch, micro-batched with gradient accumulation.
+
+    Sequences whose every token has zero loss (advantage 0, no KL or entropy term) are left out of the forward
+    passes but still count in the normalisers, so skipping them changes nothing but the time taken.
+    """
+    trainable = [t for t in trajectories if t.num_model_tokens > 0]
+    stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_updates": 0,
+             "trained_tokens": 0, "reverse_kl": 0.0}
+    if not trainable:
+        return stats
+    regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
+    order = np.arange(len(trainable))
+    updates = config.ppo_epochs * config.minibatches
+    needed = [t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+    old = _old_log_probs(model, needed, table, config, pad_id) if updates > 1 and needed else None
+    sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
+    losses, norms = [], []
+    model.train()
+    for epoch in range(config.ppo_epochs):
+        if rng is not None and updates > 1:
+            order = rng.permutation(len(trainable))
+        for part in np.array_split(order, config.minibatches):
+            minibatch = [trainable[i] for i in part]
+            if not minibatch:
+                continue
+            num_tokens = float(sum(t.num_model_tokens for t in minibatch))
+            num_seqs = float(len(minibatch))
+            active = [t for t in minibatch if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+            active.sort(key=lambda t: len(t.tokens))
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            finite = True
+            for start in range(0, len(active), config.micro_batch_size):
+                chunk = active[start:start + config.micro_batch_size]
+                loss, part_stats = _micro_batch_loss(model, ref_model, chunk, table, config, pad_id, num_tokens,
+                                                     num_seqs, old)
+                if not torch.isfinite(loss):
+                    finite = False
+                    break
+                loss.backward()
+                total += loss.item()
+                for key, value in part_stats.items():
+                    sums[key] += value
+            if not active:
+                continue
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if not finite or not torch.isfinite(grad_norm):
+                # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip this step, log it.
+                optimizer.zero_grad(set_to_none=True)
+                stats["skipped_updates"] += 1
+                continue
+            optimizer.step()
+            losses.append(total)
+            norms.append(float(grad_norm))
+    if scheduler is not None:
+        # The schedule counts training steps, including ones whose update was skipped.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            scheduler.step()
+    tokens = max(sums["tokens"], 1)
+    stats.update(
+        loss=float(np.mean(losses)) if losses else float("nan"),
+        clip_frac=sums["clipped"] / tokens,
+        entropy=sums["entropy"] / tokens,
+        kl=sums["kl"] / tokens,
+        grad_norm=float(np.mean(norms)) if norms else float("nan"),
+        trained_tokens=int(sums["tokens"]),
+        reverse_kl=sums["reverse_kl"] / max(sums["reverse_kl_tokens"], 1),
+    )
+    return stats
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The trainer
+
+
+class Trainer:
+    """Owns the policy, optimizer, envs, reflection memory and run directory; ``train()`` is the loop."""
+
+    def __init__(self, config: TrainConfig, is_main_process: bool = True):
+        self.config = config
+        self.writer = RunWriter(config.output, enabled=is_main_process)
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = torch.device(device)
+        random.seed(config.seed)
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+
+        # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
+        self.group_size = config.group_size
+        pool = config.tasks_per_step * self.group_size
+        self.envs = [make_env(config.env, config.env_kwargs) for _ in range(pool)]
+        resume_state = self._latest_state() if config.resume else None
+        self.memory = None
+        self.train_envs = self.envs
+        if config.algo == "erl":
+            self.train_envs = self._reflection_wrappers(resume_state)
+
+        self.policy = self._load_policy()
+        self.policy.model.to(self.device)
+        if config.gradient_checkpointing:
+            self.policy.model.gradient_checkpointing_enable()
+        # The KL anchor: a frozen copy of the initial policy, kept only when the KL term is on.
+        self.ref_model = None
+        if config.kl_coef > 0:
+            self.ref_model = self._load_policy(reference=True).model.to(self.device).eval()
+            self.ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=config.lr,
+                                           betas=(0.9, config.adam_beta2), weight_decay=config.weight_decay)
+        warmup = max(config.warmup_steps, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        self.eval_tasks = self._eval_tasks()
+        self.step = 0
+        self.metrics: list[dict] = []
+        if resume_state is not None:
+            self._resume(resume_state)
+        else:
+            self.writer.write_json("config.json", config_to_dict(config))
+            self.writer.rewrite_metrics([])
+
+    # --- setup ---
+
+    def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
+        from erl_envs.memory import ReflectionMemory
+        from erl_envs.reflection import ReflectionWrapper
+
+        cfg = self.config
+        saved = resume_state.get("memory") if resume_state is not None else None
+        self.memory = ReflectionMemory.from_dict(saved) if saved is not None else ReflectionMemory()
+        reflector = None
+        if cfg.reflector == "rule":
+            from erl_envs.reflectors import RuleReflector
+
+            reflector = RuleReflector()
+        return [ReflectionWrapper(env, memory=self.memory, gate_threshold=cfg.gate_threshold,
+                                  memory_threshold=cfg.memory_threshold, reflector=reflector,
+                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection) for env in self.envs]
+
+    def _load_policy(self, reference: bool = False) -> Policy:
+        cfg = self.config
+        if cfg.model != "tiny":
+            return load_policy(cfg.model, dtype=cfg.dtype, device=str(self.device))
+        # The tiny model is built once, saved in the run directory, and from then on loaded like any HF model
+        # (the reference model and resumed runs read it back from there).
+        folder = Path(cfg.output) / "initial_model"
+        if not (folder / "config.json").exists():
+            tokenizer = build_tiny_tokenizer(tiny_corpus(self.envs[0], seed=cfg.seed), vocab_size=cfg.tiny_vocab)
+            model = build_tiny_model(tokenizer, cfg.tiny_hidden, cfg.tiny_layers, cfg.tiny_heads, cfg.tiny_intermediate,
+                                     max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
+            policy = Policy(model, tokenizer)
+            if not self.writer.enabled:
+                return policy
+            policy.save(str(folder))
+        return load_policy(str(folder), dtype="float32", device=str(self.device))
+
+    def _eval_tasks(self) -> list:
+        cfg = self.config
+        if cfg.eval_set in ("auto", "paper"):
+            folder = os.environ.get("ERL_PAPER_TASKS", "")
+            tasks = paper_tasks(cfg.env, folder) if folder and os.path.isdir(folder) else None
+            if tasks is not None:
+                return tasks[: cfg.eval_tasks]
+            if cfg.eval_set == "paper":
+                raise ValueError(f"no paper test set for {cfg.env}: set ERL_PAPER_TASKS to the paper_tasks folder "
+                                 "(../shared/paper_tasks in this project), or use --eval-set seeded")
+        return seeded_tasks(cfg.eval_tasks)
+
+    def _sampling(self) -> tuple[SamplingParams, SamplingParams, SamplingParams]:
+        cfg = self.config
+        return (SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens),
+                SamplingParams(cfg.reflect_temperature, cfg.reflect_top_p, 0, cfg.reflect_max_new_tokens),
+                SamplingParams(cfg.eval_temperature, cfg.eval_top_p, cfg.eval_top_k, cfg.max_new_tokens))
+
+    # --- the loop ---
+
+    def train(self) -> list[dict]:
+        cfg = self.config
+        sampling, reflect_sampling, eval_sampling = self._sampling()
+        started = time.perf_counter()
+        progress = None
+        if cfg.progress and self.writer.enabled:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
+        if self.step == 0 and cfg.eval_every:
+            self._log(self._evaluate(eval_sampling, {"step": 0}))
+        while self.step < cfg.steps:
+            self.step += 1
+            step_start = time.perf_counter()
+            timing: dict[str, float] = {}
+
+            # 1. Rollout: n episodes of each task, all episodes batched turn by turn.
+            seeds = self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step)
+            tasks = [i for i in range(cfg.tasks_per_step) for _ in range(self.group_size)]
+            resets = [(int(seeds[i]), None) for i in tasks]
+            table = ConstraintTable()
+            self.policy.model.eval()
+            episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
+                                    constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
+                                    timing=timing)
+            trajectories = [t for e in episodes for t in e.trajectories]
+            if cfg.algo == "erl":
+                trajectories += consolidation_copies(self.policy, episodes, cfg.distill, cfg.max_seq_len)
+
+            # 2. Advantages: GRPO per (task, role); distilled copies max(r2, 0).
+            assign_advantages(trajectories, cfg)
+
+            # 3-4. Loss and update.
+            clock = time.perf_counter()
+            update = policy_update(self.policy.model, self.optimizer, self.scheduler, trajectories, table, cfg,
+                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng)
+            timing["update"] = time.perf_counter() - clock
+
+            # 5. Log.
+            row = {"step": self.step, **self._rollout_metrics(episodes, trajectories), **update,
+                   "lr": self.scheduler.get_last_lr()[0]}
+            row.update({f"time/{k}": v for k, v in timing.items()})
+            row["time/step"] = time.perf_counter() - step_start
+
+            # 6. Evaluate.
+            # The time limit counts training only: held-out evaluation is measurement, not training.
+            training_seconds = time.perf_counter() - started - sum(m.get("time/eval", 0.0) for m in self.metrics)
+            out_of_time = cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min
+            last = self.step == cfg.steps or out_of_time
+            if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
+                row = self._evaluate(eval_sampling, row)
+            row["time/elapsed"] = time.perf_counter() - started
+            row["time/training"] = training_seconds
+            self._log(row)
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix({k: round(row[k], 3) for k in ("success/attempt1", "eval/success") if k in row})
+
+            # 7. Checkpoint.
+            if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last:
+                self.save()
+            if out_of_time:
+                break
+        if progress is not None:
+            progress.close()
+        if cfg.save_final_model and self.writer.enabled:
+            self.policy.save(str(Path(cfg.output) / "final_model"))
+        if self.writer.enabled:
+            from erl_agents.plots import plot_learning_curves
+
+            plot_learning_curves(self.metrics, Path(cfg.output) / "curves.png", title=f"{cfg.algo} on {cfg.env}")
+        return self.metrics
+
+    # --- pieces of the loop ---
+
+    def _rollout_metrics(self, episodes, trajectories) -> dict[str, float]:
+        row: dict[str, float] = {}
+        for role in ("attempt1", "reflection", "attempt2", "distilled"):
+            members = [t for t in trajectories if t.role == role]
+            row[f"count/{role}"] = len(members)
+            if members:
+                row[f"reward/{role}"] = float(np.mean([t.reward for t in members]))
+                row[f"success/{role}"] = float(np.mean([t.success for t in members]))
+        retried = [e for e in episodes if e.trajectory("attempt2") is not None]
+        if retried:
+            # The r1 -> r2 lift: how much the reflection helped the same task instance.
+            row["lift/r1"] = float(np.mean([e.trajectory("attempt1").reward for e in retried]))
+            row["lift/r2"] = float(np.mean([e.trajectory("attempt2").reward for e in retried]))
+            row["lift"] = row["lift/r2"] - row["lift/r1"]
+        row["overflowed"] = sum(t.overflowed for t in trajectories)
+        row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
+        row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
+        if self.memory is not None:
+            row["memory/set"] = float(bool(self.memory.get()))
+        return row
+
+    def _evaluate(self, sampling: SamplingParams, row: dict) -> dict:
+        cfg = self.config
+        clock = time.perf_counter()
+        self.policy.model.eval()
+        # Evaluation draws from its own RNG stream, so evaluating (or not) never changes the training run.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed * 1_000_003 + self.step)
+            result = evaluate(self.policy, self.envs, self.eval_tasks, cfg.eval_samples, sampling,
+                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len)
+        row = dict(row)
+        row.update({f"eval/{k}": v for k, v in result.items()})
+        row["time/eval"] = time.perf_counter() - clock
+        return row
+
+    def _log(self, row: dict) -> None:
+        self.metrics.append(row)
+        self.writer.append_metrics(row)
+
+    # --- checkpoints ---
+
+    def save(self) -> None:
+        if not self.writer.enabled:
+            return
+        payload = {
+            "model": self.policy.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": ckpt.rng_state(self.rng),
+            "memory": self.memory.to_dict() if self.memory is not None else None,
+            "metrics": self.metrics,
+            "config": config_to_dict(self.config),
+        }
+        ckpt.save_checkpoint(Path(self.config.output) / "checkpoints", self.step, payload, self.config.keep_checkpoints)
+
+    def _latest_state(self) -> dict:
+        path = ckpt.latest_checkpoint(Path(self.config.output) / "checkpoints")
+        if path is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {Path(self.config.output) / 'checkpoints'}")
+        return ckpt.load_checkpoint(path)
+
+    def _resume(self, state: dict) -> None:
+        """Weights, optimizer, schedule, RNGs, metrics (the memory was restored before the wrappers were built)."""
+        self.policy.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        ckpt.set_rng_state(state["rng"], self.rng)
+        self.metrics = list(state["metrics"])
+        self.step = int(state["step"])
+        self.writer.rewrite_metrics(self.metrics)

@@ -1,0 +1,123 @@
+"""Advantages and losses against hand-computed values (erl_agents/grpo.py)."""
+
+import math
+
+import pytest
+import torch
+
+from erl_agents.grpo import (
+    aggregate,
+    group_advantages,
+    k3_kl,
+    ppo_token_loss,
+    raft_advantages,
+    reverse_kl,
+    token_log_probs,
+)
+
+
+def test_grpo_advantages_use_the_unbiased_std_per_group():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    adv = group_advantages(rewards, groups, "grpo")
+    # group 0: mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.57735
+    assert adv[:4].tolist() == pytest.approx([0.866025, -0.866025, -0.866025, 0.866025], abs=1e-5)
+    # group 1: mean 1/3, unbiased std sqrt((4/9 + 1/9 + 1/9) / 2) = 0.57735
+    assert adv[4:].tolist() == pytest.approx([1.154700, -0.577350, -0.577350], abs=1e-5)
+
+
+def test_identical_rewards_give_zero_advantage():
+    for estimator in ("grpo", "dr_grpo"):
+        adv = group_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1]), estimator)
+        assert adv.tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_dr_grpo_only_centres():
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.3]), torch.tensor([0, 0, 0, 0]), "dr_grpo")
+    assert adv.tolist() == pytest.approx([0.55, -0.45, 0.05, -0.15], abs=1e-6)
+
+
+def test_single_member_groups_follow_the_documented_choice():
+    rewards, groups = torch.tensor([1.0, 0.0, 0.6, 0.0]), torch.tensor([0, 1, 2, 2])
+    verl = group_advantages(rewards, groups, "grpo", single_member="reward")
+    assert verl[:2].tolist() == [1.0, 0.0]  # raw reward, as verl (the paper's code) does
+    zero = group_advantages(rewards, groups, "grpo", single_member="zero")
+    assert zero[:2].tolist() == [0.0, 0.0]
+    assert verl[2:].tolist() == pytest.approx(zero[2:].tolist())  # larger groups are unaffected
+    assert not torch.isnan(verl).any()
+
+
+def test_raft_is_max_reward_zero():
+    assert raft_advantages(torch.tensor([-0.5, 0.0, 0.4, 1.0])).tolist() == pytest.approx([0.0, 0.0, 0.4, 1.0])
+    adv = group_advantages(torch.tensor([-1.0, 0.7]), torch.tensor([0, 0]), "raft")
+    assert adv.tolist() == pytest.approx([0.0, 0.7])
+
+
+def test_bad_advantage_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        group_advantages(torch.zeros(2), torch.zeros(2, dtype=torch.long), "ppo")
+    with pytest.raises(ValueError, match="same length"):
+        group_advantages(torch.zeros(2), torch.zeros(3, dtype=torch.long))
+
+
+def test_ppo_loss_clips_asymmetrically_and_pessimistically():
+    ratios = torch.tensor([1.5, 0.5, 0.5, 1.5, 1.1])
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0])
+    loss, clipped = ppo_token_loss(torch.log(ratios), torch.zeros(5), adv, clip_low=0.2, clip_high=0.28)
+    # A > 0: the ratio's gain is capped at 1 + 0.28; A < 0: its drop is capped at 1 - 0.2; the max keeps the worse.
+    assert loss.tolist() == pytest.approx([-1.28, -0.5, 0.8, 1.5, -1.1], abs=1e-6)
+    assert clipped.tolist() == [True, False, True, False, False]
+
+
+def test_k3_kl_matches_the_formula_and_is_zero_at_equality():
+    log_p, ref = torch.tensor([0.0, -1.0]), torch.tensor([math.log(0.5), -1.0])
+    assert k3_kl(log_p, ref).tolist() == pytest.approx([0.5 - math.log(0.5) - 1.0, 0.0], abs=1e-6)
+
+
+def test_token_log_probs_with_temperature_and_allowed_sets():
+    logits = torch.tensor([[2.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
+    targets = torch.tensor([0, 1])
+    log_p, entropy = token_log_probs(logits, targets, temperature=2.0)
+    z = math.e + 2
+    assert log_p.tolist() == pytest.approx([math.log(math.e / z), math.log(1 / z)], abs=1e-6)
+    allowed = torch.tensor([[True, True, False], [False, True, False]])
+    log_p, entropy = token_log_probs(logits, targets, temperature=1.0, allowed=allowed)
+    assert log_p.tolist() == pytest.approx([math.log(math.e**2 / (math.e**2 + 1)), 0.0], abs=1e-6)
+    assert entropy[1].item() == pytest.approx(0.0)
+    assert torch.isfinite(entropy).all()
+
+
+def test_reverse_kl_is_exact_and_zero_for_equal_distributions():
+    s = torch.tensor([[0.0, 0.0]])
+    t = torch.log(torch.tensor([[0.25, 0.75]]))
+    expected = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    assert reverse_kl(s, t).item() == pytest.approx(expected, abs=1e-6)
+    assert reverse_kl(t, t).item() == pytest.approx(0.0, abs=1e-6)
+    allowed = torch.tensor([[True, False]])
+    assert reverse_kl(s, t, allowed=allowed).item() == pytest.approx(0.0, abs=1e-6)
+
+
+LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 0, 0]])
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("token-mean", 10 / 4),
+    ("seq-mean-token-mean", (2 + 4) / 2),
+    ("seq-mean-token-sum", (6 + 4) / 2),
+])
+def test_aggregation_modes(mode, expected):
+    assert aggregate(LOSS, MASK, mode).item() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batches_with_global_normalisers_sum_to_the_full_batch(mode):
+    full = aggregate(LOSS, MASK, mode)
+    parts = sum(aggregate(LOSS[i:i + 1], MASK[i:i + 1], mode, num_tokens=4, num_seqs=2) for i in range(2))
+    assert parts.item() == pytest.approx(full.item())
+
+
+def test_aggregate_rejects_unknown_modes_and_handles_empty_masks():
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        aggregate(LOSS, MASK, "sum")
+    assert aggregate(LOSS, torch.zeros_like(MASK), "token-mean").item() == 0.0

@@ -1,0 +1,116 @@
+"""Token-in/token-out rollouts, constrained decoding and consolidation copies (erl_agents/rollout.py)."""
+
+import pytest
+import torch
+
+from erl_agents.grpo import token_log_probs
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
+from erl_agents.rollout import (
+    ConstraintTable,
+    Episode,
+    SamplingParams,
+    Trajectory,
+    consolidation_copies,
+    generate_replies,
+    run_episodes,
+)
+from text_bandit import TextBanditEnv
+
+
+@pytest.fixture(scope="module")
+def policy():
+    env = TextBanditEnv(turns=3, contextual=True)
+    corpus = [env.instructions] + env.valid_actions * 10 + [
+        f"Turn {t} of 3. The prize is behind door {d}. Which door?" for t in range(1, 4) for d in "ABCD"] * 3
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
+    torch.manual_seed(0)
+    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
+
+
+def _recomputed_log_probs(policy, trajectory, table):
+    ids = torch.tensor([trajectory.tokens])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0, :-1]
+    select = torch.tensor(trajectory.mask[1:]).bool()
+    constraints = torch.tensor(trajectory.constraints[1:])[select]
+    allowed = table.allowed_mask(constraints, logits.shape[-1]) if (constraints >= 0).any() else None
+    log_p, _ = token_log_probs(logits[select], ids[0, 1:][select], 1.0, allowed)
+    return log_p, torch.tensor(trajectory.logprobs[1:])[select]
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_multi_turn_trajectories_are_built_by_appending_tokens(policy, constrained):
+    envs = [TextBanditEnv(turns=3, contextual=True) for _ in range(4)]
+    table = ConstraintTable()
+    timing = {}
+    episodes = run_episodes(policy, envs, [(7, None), (7, None), (8, None), (9, None)], [0, 0, 1, 2],
+                            SamplingParams(1.0, 1.0, 0, 6), constrained=constrained, table=table, timing=timing)
+    assert [e.task for e in episodes] == [0, 0, 1, 2] and timing["generation"] > 0
+    chat = policy.chat
+    for episode in episodes:
+        (trajectory,) = episode.trajectories
+        assert trajectory.role == "attempt1" and trajectory.system_prompt == envs[0].instructions
+        assert len(trajectory.tokens) == len(trajectory.mask) == len(trajectory.logprobs) == len(trajectory.constraints)
+        # The opening and every user turn are env tokens; exactly three replies were sampled.
+        assert trajectory.mask[: trajectory.prompt_len] == [0] * trajectory.prompt_len
+        model_positions = [i for i, m in enumerate(trajectory.mask) if m]
+        assert all(trajectory.tokens[i] not in (chat.tokenizer.convert_tokens_to_ids("<|user|>"),)
+                   for i in model_positions)
+        text = policy.tokenizer.decode(trajectory.tokens)
+        assert text.count("<|user|>") == 3 and text.startswith("<|system|>" + envs[0].instructions)
+        assert trajectory.reward == episode.returns
+        # The sampling log-probs are those of the policy the update will score (same temperature, same sets).
+        recomputed, stored = _recomputed_log_probs(policy, trajectory, table)
+        assert torch.allclose(recomputed, stored, atol=1e-4)
+        if constrained:
+            replies = [r for r in text.split("<|assistant|>")[1:]]
+            assert all(r.split("<|end|>")[0] in envs[0].valid_actions for r in replies)
+            assert all(c >= 0 for c, m in zip(trajectory.constraints, trajectory.mask) if m)
+
+
+def test_generate_replies_respects_max_new_tokens_and_stops(policy):
+    replies = generate_replies(policy, [[5, 6, 7], [5]], SamplingParams(1.0, 1.0, 0, 3))
+    assert all(len(r.ids) <= 3 for r in replies)
+    for r in replies:
+        assert r.finished == (r.ids[-1] in policy.chat.stop_ids)
+
+
+def test_overflowing_conversations_stop_generating(policy):
+    env = TextBanditEnv(turns=3, contextual=True)
+    opening = len(policy.chat.open(env.instructions, "Turn 1 of 3. The prize is behind door A. Which door?"))
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), constrained=True,
+                              max_seq_len=opening + 6, table=ConstraintTable())
+    (trajectory,) = episode.trajectories
+    assert trajectory.overflowed and len(trajectory.tokens) <= opening + 6
+    assert episode.returns <= 1.0  # later turns were empty replies, which the env scores 0
+
+
+def _trajectory(role, tokens, mask, prompt_len, system, reward, obs="obs"):
+    return Trajectory(role=role, task=0, episode=0, tokens=tokens, mask=mask, logprobs=[0.1 * m for m in mask],
+                      constraints=[-1] * len(tokens), prompt_len=prompt_len, system_prompt=system,
+                      first_observation=obs, reward=reward, success=reward >= 1)
+
+
+def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
+    chat = policy.chat
+    opening1 = chat.open("initial prompt", "obs")
+    opening2 = chat.open("a much longer reflected rulebook prompt", "obs")
+    body = [40, 41, chat.end_of_turn_id] + chat.user_turn("next") + [42, chat.end_of_turn_id]
+    body_mask = [1, 1, 1] + [0] * len(chat.user_turn("next")) + [1, 1]
+    first = _trajectory("attempt1", opening1 + body, [0] * len(opening1) + body_mask, len(opening1), "initial prompt", 0.0)
+    second = _trajectory("attempt2", opening2 + body, [0] * len(opening2) + body_mask, len(opening2),
+                         "a much longer reflected rulebook prompt", 1.0)
+    episode = Episode(task=0, index=0, trajectories=[first, second], initial_system_prompt="initial prompt")
+    failed = Episode(task=0, index=1, trajectories=[first, _trajectory("attempt2", second.tokens, second.mask,
+                     second.prompt_len, second.system_prompt, 0.0)], initial_system_prompt="initial prompt")
+
+    (copy,) = consolidation_copies(policy, [episode, failed], "imitation")
+    assert copy.role == "distilled" and copy.reward == 1.0 and copy.system_prompt == "initial prompt"
+    assert copy.tokens == opening1 + body and copy.mask == [0] * len(opening1) + body_mask
+    assert copy.logprobs[len(opening1):] == second.logprobs[len(opening2):]
+
+    (student,) = consolidation_copies(policy, [episode, failed], "reverse_kl")
+    assert student.tokens == first.tokens and student.teacher_tokens == opening2 + body
+    assert student.teacher_offset == len(opening2) - len(opening1)
+    with pytest.raises(ValueError, match="unknown consolidation mode"):
+        consolidation_copies(policy, [episode], "sft")

@@ -1,0 +1,170 @@
+"""The update and the loop: gradients, micro-batching, resume, determinism, learning, every env end to end."""
+
+import json
+
+import pytest
+import torch
+
+from erl_agents.config import build_config
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
+from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
+from erl_agents.trainer import Trainer, _micro_batch_loss, assign_advantages, policy_update
+from text_bandit import TextBanditEnv
+
+TIME_KEYS = ("time/", "lr")
+
+
+def _bandit_policy(seed=0):
+    env = TextBanditEnv(turns=2, contextual=True)
+    corpus = [env.instructions] + env.valid_actions * 10 + [
+        f"Turn {t} of 2. The prize is behind door {d}. Which door?" for t in range(1, 3) for d in "ABCD"] * 3
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
+    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=seed), tokenizer)
+
+
+def _batch(policy, seed=0):
+    torch.manual_seed(seed)
+    envs = [TextBanditEnv(turns=2, contextual=True) for _ in range(8)]
+    tasks = [i // 4 for i in range(8)]
+    table = ConstraintTable()
+    episodes = run_episodes(policy, envs, [(t, None) for t in tasks], tasks, SamplingParams(1.0, 1.0, 0, 5),
+                            constrained=False, table=table)
+    trajectories = [t for e in episodes for t in e.trajectories]
+    for i, t in enumerate(trajectories):
+        t.reward = float(i % 3)  # varied rewards, so every group has non-zero advantages
+    return trajectories, table
+
+
+def _config(**overrides):
+    base = dict(algo="rlvr", temperature=1.0, kl_coef=0.0, lr=1e-2, max_grad_norm=1e9, output="unused")
+    base.update(overrides)
+    return build_config(flags=base)
+
+
+def _grads(policy, trajectories, table, config):
+    policy.model.zero_grad()
+    optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)  # lr 0: we only inspect the gradients
+    policy_update(policy.model, optimizer, None, trajectories, table, config, policy.tokenizer.pad_token_id)
+    return [p.grad.clone() for p in policy.model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batch_split_does_not_change_the_gradient(agg):
+    policy = _bandit_policy()
+    trajectories, table = _batch(policy)
+    assign_advantages(trajectories, _config())
+    whole = _grads(policy, trajectories, table, _config(micro_batch_size=64, loss_agg=agg))
+    split = _grads(policy, trajectories, table, _config(micro_batch_size=1, loss_agg=agg))
+    assert len(whole) == len(split) > 0
+    for a, b in zip(whole, split):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_env_tokens_never_receive_gradient():
+    policy = _bandit_policy()
+    trajectories, table = _batch(policy)
+    config = _config(kl_coef=0.0)
+    assign_advantages(trajectories, config)
+    t = trajectories[0]
+    base, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 10.0, 1.0, None)
+    # A trailing env turn changes nothing: env tokens are never prediction targets.
+    t.append(policy.chat.user_turn("Turn 3 of 2. Anything at all."), model=False)
+    longer, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 10.0, 1.0, None)
+    assert longer.item() == pytest.approx(base.item(), abs=1e-6)
+    # With every token marked as env, there is no loss and no gradient at all.
+    t.mask = [0] * len(t.mask)
+    t.advantage = 1.0
+    policy.model.zero_grad()
+    loss, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 1.0, 1.0, None)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(p.grad is None or not p.grad.any() for p in policy.model.parameters())
+
+
+def _run_config(tmp_path, name, **overrides):
+    flags = dict(env="TextBandit-v0", env_kwargs={"turns": 1}, algo="rlvr", model="tiny", output=str(tmp_path / name),
+                 steps=4, tasks_per_step=2, n_rlvr=4, temperature=1.0, max_new_tokens=4, constrained_actions=True,
+                 lr=3e-3, kl_coef=0.0, eval_every=2, eval_tasks=3, eval_samples=2, checkpoint_every=2,
+                 tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=300, progress=False,
+                 save_final_model=False, threads=0)
+    flags.update(overrides)
+    return build_config(flags=flags)
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(TIME_KEYS)} for r in rows]
+
+
+def test_same_seed_gives_identical_metrics_and_resume_continues_exactly(tmp_path):
+    straight = _strip(Trainer(_run_config(tmp_path, "a", kl_coef=0.01)).train())
+    again = _strip(Trainer(_run_config(tmp_path, "b", kl_coef=0.01)).train())
+    assert straight == again
+    Trainer(_run_config(tmp_path, "c", kl_coef=0.01, steps=2)).train()
+    resumed = Trainer(_run_config(tmp_path, "c", kl_coef=0.01, steps=4, resume=True)).train()
+    assert _strip(resumed) == straight
+    lines = (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "c" / "curves.png").exists() and (tmp_path / "c" / "config.json").exists()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer(_run_config(tmp_path, "empty", resume=True))
+
+
+def test_tiny_model_learns_a_text_bandit_in_seconds(tmp_path):
+    config = _run_config(tmp_path, "learn", env_kwargs={"turns": 1, "prize": 2}, steps=12, tasks_per_step=4,
+                         n_rlvr=8, lr=1e-2, eval_every=12, eval_tasks=8, eval_samples=4, checkpoint_every=0,
+                         eval_temperature=1.0, eval_top_k=0, eval_top_p=1.0)
+    metrics = Trainer(config).train()
+    assert metrics[0]["eval/success"] < 0.6  # about 1 in 4 before training
+    assert metrics[-1]["eval/success"] >= 0.9
+    assert metrics[-1]["success/attempt1"] > metrics[1]["success/attempt1"]
+
+
+ENVS = {
+    "ERL-FrozenLake-v0": {"size": [2, 3]},
+    "ERL-Sokoban-v0": {},
+    "ERL-HotpotQA-v0": {"data": "synthetic"},
+}
+
+
+@pytest.mark.parametrize("env", list(ENVS))
+@pytest.mark.parametrize("algo, extra", [
+    ("rlvr", {}),
+    ("erl", {"reflector": "policy", "distill": "reverse_kl"}),
+    ("erl", {"reflector": "rule", "no_memory": True}),
+])
+def test_rlvr_and_erl_steps_run_end_to_end_on_every_env(tmp_path, env, algo, extra):
+    config = build_config({"preset": "cpu-tiny", "env": env}, flags=dict(
+        env=env, env_kwargs=ENVS[env], algo=algo, output=str(tmp_path / "run"), steps=1, tasks_per_step=2,
+        n_rlvr=2, n_erl=2, max_new_tokens=8, reflect_max_new_tokens=8, eval_every=1, eval_tasks=2, eval_samples=1,
+        tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=400, progress=False,
+        max_seq_len=1536, time_limit_min=0.0, save_final_model=False, **extra))
+    metrics = Trainer(config).train()
+    row = metrics[-1]
+    assert row["step"] == 1 and row["count/attempt1"] == 4
+    assert row["skipped_updates"] == 0 and "eval/success" in row
+    if algo == "erl":
+        assert row["count/attempt2"] == row["count/attempt1"] - round(row["success/attempt1"] * 4)
+        if extra["reflector"] == "policy":
+            assert row["count/reflection"] == row["count/attempt2"]
+        else:
+            assert row["count/reflection"] == 0
+
+
+def test_no_reflection_ablation_runs(tmp_path):
+    config = _run_config(tmp_path, "ablation", env="ERL-FrozenLake-v0", env_kwargs={"size": 2}, algo="erl",
+                         no_reflection=True, reflector="policy", n_erl=2, steps=1, eval_every=0, max_new_tokens=4,
+                         tiny_vocab=400)
+    row = Trainer(config).train()[-1]
+    assert row["count/reflection"] == 0 and row["count/attempt1"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["rlvr", "erl"])
+def test_tiny_model_improves_on_small_frozen_lake(tmp_path, algo):
+    """A short version of benchmarks/bench_learning.py: a few minutes of cpu-tiny training must beat the start."""
+    config = build_config({"preset": "cpu-tiny"}, flags=dict(
+        env="ERL-FrozenLake-v0", algo=algo, output=str(tmp_path / algo), steps=10_000, time_limit_min=3.0,
+        eval_every=10, eval_tasks=100, eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False))
+    metrics = Trainer(config).train()
+    evals = [m["eval/success"] for m in metrics if "eval/success" in m]
+    assert max(evals[1:]) >= evals[0] + 0.05
