@@ -1,23 +1,47 @@
 """Checkpoints that resume a run exactly: weights, optimizer, scheduler, every RNG, the reflection memory, metrics.
 
-One file per checkpoint, written to a temporary name and renamed (``os.replace`` is atomic), so a crash mid-save
-leaves the previous checkpoint intact and never a half-written one.
+A checkpoint is two files, ``step_XXXXXX.pt`` and its manifest ``step_XXXXXX.json`` (size and sha256 of the
+``.pt``). Both are written to a temporary name, flushed to disk and renamed (``os.replace`` is atomic), and the
+manifest goes last, so a process killed at any moment leaves either a complete, verifiable checkpoint or one
+without a manifest, which loading treats as unfinished. Loading checks the manifest before unpickling anything, so
+a truncated or corrupted file is reported by name instead of resuming from garbage, and
+``load_latest_checkpoint`` falls back to the newest checkpoint that verifies.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["rng_state", "set_rng_state", "save_checkpoint", "latest_checkpoint", "load_checkpoint"]
+__all__ = [
+    "CorruptCheckpointError",
+    "rng_state",
+    "set_rng_state",
+    "save_checkpoint",
+    "list_checkpoints",
+    "latest_checkpoint",
+    "verify_checkpoint",
+    "load_checkpoint",
+    "load_latest_checkpoint",
+]
 
 _NAME = re.compile(r"^step_(\d+)\.pt$")
+_STEP_FILE = re.compile(r"^step_(\d+)\.(pt|json)$")
+_TEMP = re.compile(r"^\.step_\d+\.(pt|json)\.tmp$")
+_CHUNK = 1 << 20
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file that is incomplete, truncated or altered since it was written."""
 
 
 def rng_state(generator: np.random.Generator) -> dict[str, Any]:
@@ -42,28 +66,138 @@ def set_rng_state(state: dict[str, Any], generator: np.random.Generator) -> None
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _sha256(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    # Makes the renames themselves durable; not every platform can open a directory.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _manifest_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
 def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``folder/step_XXXXXX.pt`` atomically and delete all but the newest ``keep`` checkpoints."""
+    """Write ``folder/step_XXXXXX.pt`` and its manifest atomically; keep the newest ``keep`` checkpoints (0: all).
+
+    Leftover temporary files of a save that was killed are removed here.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for leftover in folder.iterdir():
+        if _TEMP.match(leftover.name):
+            leftover.unlink(missing_ok=True)
     path = folder / f"step_{step:06d}.pt"
+    manifest = _manifest_path(path)
+    # A manifest from an earlier life of this step (a resumed run saving it again) must not vouch for the new file.
+    manifest.unlink(missing_ok=True)
     tmp = folder / f".{path.name}.tmp"
     torch.save({"step": step, **payload}, tmp)
+    _fsync_file(tmp)
+    sha256, size = _sha256(tmp)
     os.replace(tmp, path)
-    old = sorted(p for p in folder.iterdir() if _NAME.match(p.name))[:-keep] if keep > 0 else []
-    for stale in old:
-        stale.unlink()
+    tmp_manifest = folder / f".{manifest.name}.tmp"
+    tmp_manifest.write_text(json.dumps({"step": step, "file": path.name, "bytes": size, "sha256": sha256}, indent=2))
+    _fsync_file(tmp_manifest)
+    os.replace(tmp_manifest, manifest)
+    _fsync_dir(folder)
+    if keep > 0:
+        steps = sorted({int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name))})
+        for stale in steps[:-keep]:
+            for suffix in (".pt", ".json"):
+                (folder / f"step_{stale:06d}{suffix}").unlink(missing_ok=True)
     return path
 
 
-def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
+    """Every ``step_XXXXXX.pt`` in ``folder``, oldest first (verified or not)."""
     folder = Path(folder)
     if not folder.is_dir():
-        return None
-    found = sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+        return []
+    return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+    found = list_checkpoints(folder)
     return found[-1] if found else None
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    # Our own files hold numpy/python RNG states, which the safe weights-only loader refuses.
-    return torch.load(path, map_location="cpu", weights_only=False)
+def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Check ``path`` against its manifest; returns the manifest or raises ``CorruptCheckpointError`` saying why."""
+    path = Path(path)
+    manifest_path = _manifest_path(path)
+    if not path.is_file():
+        raise CorruptCheckpointError(f"checkpoint {path} does not exist")
+    if not manifest_path.is_file():
+        raise CorruptCheckpointError(f"checkpoint {path} has no manifest {manifest_path.name}: its save did not finish")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        expected_size, expected_sha = int(manifest["bytes"]), str(manifest["sha256"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpointError(f"checkpoint {path}: its manifest {manifest_path.name} is unreadable "
+                                     f"({exc})") from None
+    sha256, size = _sha256(path)
+    if size != expected_size:
+        raise CorruptCheckpointError(f"checkpoint {path} is truncated or padded: {size} bytes, the manifest says "
+                                     f"{expected_size}")
+    if sha256 != expected_sha:
+        raise CorruptCheckpointError(f"checkpoint {path} is corrupt: its sha256 does not match the manifest")
+    return manifest
+
+
+def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
+    """Verify (unless ``verify=False``) and load one checkpoint onto the CPU."""
+    path = Path(path)
+    manifest = verify_checkpoint(path) if verify else None
+    try:
+        # Our own files hold numpy/python RNG states, which the safe weights-only loader refuses.
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises several types for a damaged archive
+        raise CorruptCheckpointError(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict) or "step" not in state:
+        raise CorruptCheckpointError(f"checkpoint {path} does not hold a training state (no 'step' entry)")
+    if manifest is not None and int(state["step"]) != int(manifest["step"]):
+        raise CorruptCheckpointError(f"checkpoint {path} holds step {state['step']}, its manifest says "
+                                     f"{manifest['step']}")
+    return state
+
+
+def load_latest_checkpoint(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint in ``folder`` that verifies and loads, with a warning naming each newer one skipped.
+
+    Raises ``FileNotFoundError`` when there is no checkpoint and ``CorruptCheckpointError`` when none is usable.
+    """
+    found = list_checkpoints(folder)
+    if not found:
+        raise FileNotFoundError(f"no checkpoint in {folder}")
+    problems = []
+    for path in reversed(found):
+        try:
+            state = load_checkpoint(path)
+        except CorruptCheckpointError as exc:
+            problems.append(str(exc))
+            warnings.warn(f"{exc}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
+            continue
+        return path, state
+    raise CorruptCheckpointError(f"no usable checkpoint in {folder}:\n  " + "\n  ".join(problems))

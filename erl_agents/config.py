@@ -86,6 +86,18 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads; 0 = all cores
     progress: bool = True  # tqdm bar
     time_limit_min: float = 0.0  # stop (checkpoint, final eval) after this many minutes of training (eval excluded); 0 = off
+    # --- faults and budgets ---
+    max_bad_steps: int = 5  # stop the run after this many consecutive steps with a non-finite loss/gradient; 0 = never
+    mask_truncated: bool = False  # replies cut off by max_new_tokens are kept in the context but get no gradient
+    episode_time_limit: float = 0.0  # seconds a training episode may run before it ends with reward 0; 0 = off
+    episode_token_limit: int = 0  # model tokens a training episode may generate before it ends with reward 0; 0 = off
+    # --- scaling out: precision, memory, data parallel (torchrun), LoRA ---
+    precision: str = "auto"  # forward-pass autocast: auto (bf16 on GPUs that support it, fp32 on CPU), bf16, fp32
+    max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
+    backend: str = "auto"  # torch.distributed backend under torchrun: auto (nccl on cuda, gloo on cpu), gloo, nccl
+    lora_r: int = 0  # LoRA rank (needs the lora extra); 0 trains all weights
+    lora_alpha: float = 32.0  # LoRA scaling numerator (the update is scaled by alpha / r)
+    lora_targets: str = "all-linear"  # modules that get adapters: all-linear or comma-separated names (q_proj,v_proj)
     # --- the tiny in-code model (model = "tiny") ---
     tiny_hidden: int = 128
     tiny_layers: int = 4
@@ -105,6 +117,8 @@ class TrainConfig:
             "single_member": ("reward", "zero"),
             "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
             "eval_set": ("auto", "paper", "seeded"),
+            "precision": ("auto", "bf16", "fp32"),
+            "backend": ("auto", "gloo", "nccl"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -119,6 +133,12 @@ class TrainConfig:
             raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.temperature <= 0 or self.eval_temperature <= 0 or self.reflect_temperature <= 0:
             raise ValueError("temperatures must be positive (greedy decoding is not used for RL rollouts)")
+        for name in ("max_bad_steps", "episode_time_limit", "episode_token_limit"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
+        for name in ("max_tokens_per_micro_batch", "lora_r"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
         if not isinstance(self.env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict, got {type(self.env_kwargs).__name__}")
 

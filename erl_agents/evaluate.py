@@ -16,7 +16,7 @@ import numpy as np
 from erl_agents.models import Policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 
-__all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "evaluate"]
+__all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "evaluate", "merge_eval_results"]
 
 # Training task seeds are drawn from [0, EVAL_SEED_BASE); held-out seeds start here.
 EVAL_SEED_BASE = 2**30
@@ -74,4 +74,24 @@ def evaluate(
         "solved_any": float(np.mean(per_task > 0)),
         "episodes": float(len(resets)),
         "tokens": float(tokens),
+    }
+
+
+def merge_eval_results(parts: Sequence[dict[str, float] | None], samples: int) -> dict[str, float]:
+    """One result from several ranks' ``evaluate`` results on disjoint task blocks (None: a rank with no tasks).
+
+    Rates over episodes are weighted by episodes, ``solved_any`` (a rate over tasks, ``samples`` episodes each) by
+    tasks; counts add up.
+    """
+    parts = [p for p in parts if p is not None and p["episodes"] > 0]
+    if not parts:
+        raise ValueError("no rank evaluated any episode: give eval_tasks at least one task")
+    episodes = sum(p["episodes"] for p in parts)
+    tasks = [p["episodes"] / samples for p in parts]
+    return {
+        "success": sum(p["success"] * p["episodes"] for p in parts) / episodes,
+        "reward": sum(p["reward"] * p["episodes"] for p in parts) / episodes,
+        "solved_any": sum(p["solved_any"] * n for p, n in zip(parts, tasks)) / sum(tasks),
+        "episodes": episodes,
+        "tokens": sum(p["tokens"] for p in parts),
     }

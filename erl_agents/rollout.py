@@ -65,6 +65,8 @@ class Trajectory:
     reward: float = 0.0
     success: bool = False
     overflowed: bool = False  # reached max_seq_len; later turns of this conversation were empty replies
+    truncated_replies: int = 0  # replies cut off by max_new_tokens (closed with an env end-of-turn token)
+    budget_ended: bool = False  # its episode ran out of time or tokens and was ended with reward 0
     teacher_tokens: list[int] | None = None  # reverse-KL consolidation: the same tokens under the reflected context
     teacher_offset: int = 0  # position of token i of `tokens` in `teacher_tokens` is i + teacher_offset
     advantage: float = 0.0
@@ -92,6 +94,8 @@ class Episode:
     initial_system_prompt: str = ""
     returns: float = 0.0
     success: bool = False
+    generated_tokens: int = 0  # model tokens sampled over all its conversations
+    budget_ended: str = ""  # "time" or "tokens" when it was ended for exceeding that budget
 
     def trajectory(self, role: str) -> Trajectory | None:
         return next((t for t in self.trajectories if t.role == role), None)
@@ -214,8 +218,9 @@ def generate_replies(
 class _Live:
     """Per-episode state while it runs."""
 
-    def __init__(self, env: gym.Env, episode: Episode, valid_actions):
+    def __init__(self, env: gym.Env, episode: Episode, valid_actions, started: float):
         self.env = env
+        self.started = started
         self.episode = episode
         self.valid_actions = valid_actions
         self.conversation: Trajectory | None = None
@@ -243,12 +248,20 @@ def run_episodes(
     max_seq_len: int = 8192,
     table: ConstraintTable | None = None,
     timing: dict[str, float] | None = None,
+    mask_truncated: bool = False,
+    time_limit: float = 0.0,
+    token_limit: int = 0,
 ) -> list[Episode]:
     """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
 
     ``envs`` may be plain text envs (one conversation per episode) or ``ReflectionWrapper``s (up to three). The
     reflect phase samples with ``reflect_sampling`` and is never constrained. ``timing`` accumulates seconds spent
     in ``generation`` and ``env``.
+
+    Budgets (0 = off): an episode still running after ``time_limit`` seconds, or after generating ``token_limit``
+    tokens, is ended there with reward 0 on all its conversations and ``budget_ended`` set, so one runaway episode
+    cannot stall a step. ``mask_truncated`` gives replies cut off by max_new_tokens mask 0 (no gradient): their
+    reward says little about them.
     """
     if not (len(envs) == len(resets) == len(tasks)):
         raise ValueError(f"envs, resets and tasks must have the same length, got {len(envs)}, {len(resets)}, {len(tasks)}")
@@ -262,7 +275,7 @@ def run_episodes(
     for index, (env, (seed, options), task) in enumerate(zip(envs, resets, tasks)):
         obs, info = env.reset(seed=seed, options=options)
         episode = Episode(task=task, index=index, initial_system_prompt=instructions_of(env))
-        state = _Live(env, episode, _valid_actions_of(env) if constrained else None)
+        state = _Live(env, episode, _valid_actions_of(env) if constrained else None, clock)
         _open(state, chat, info.get("system_prompt") or episode.initial_system_prompt, obs, info.get("phase", "attempt1"),
               max_seq_len)
         live.append(state)
@@ -300,16 +313,22 @@ def run_episodes(
             if reply is None:
                 text = ""
             else:
-                conversation.append(reply.ids, model=True, logprobs=reply.logprobs, constraints=reply.constraints)
+                masked = mask_truncated and not reply.finished
+                conversation.append(reply.ids, model=not masked, logprobs=None if masked else reply.logprobs,
+                                    constraints=None if masked else reply.constraints)
                 if not reply.finished:
                     # The turn hit max_new_tokens: close it like the template would, as an env token (no gradient).
                     conversation.append([chat.end_of_turn_id], model=False)
+                    conversation.truncated_replies += 1
+                state.episode.generated_tokens += len(reply.ids)
                 text = chat.reply_text(reply.ids)
             obs, reward, terminated, truncated, info = state.env.step(text)
             conversation.reward += float(reward)
             state.episode.returns += float(reward)
             if terminated or truncated:
                 _finish(state, info)
+            elif over := _over_budget(state, time_limit, token_limit):
+                _end_over_budget(state, over)
             elif info.get("new_conversation"):
                 _close(state)
                 _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len)
@@ -343,6 +362,25 @@ def _close(state: _Live) -> None:
     if state.conversation is not None:
         state.episode.trajectories.append(state.conversation)
         state.conversation = None
+
+
+def _over_budget(state: _Live, time_limit: float, token_limit: int) -> str:
+    """Which budget a still-running episode has used up ("time", "tokens"), or "" when it may go on."""
+    if time_limit > 0 and time.perf_counter() - state.started >= time_limit:
+        return "time"
+    if token_limit > 0 and state.episode.generated_tokens >= token_limit:
+        return "tokens"
+    return ""
+
+
+def _end_over_budget(state: _Live, reason: str) -> None:
+    """End the episode where it stands: reward 0 and not solved for every conversation, flagged with the reason."""
+    _close(state)
+    episode = state.episode
+    episode.budget_ended = reason
+    episode.returns, episode.success = 0.0, False
+    for trajectory in episode.trajectories:
+        trajectory.reward, trajectory.success, trajectory.budget_ended = 0.0, False, True
 
 
 def _finish(state: _Live, info: dict) -> None:

@@ -5,6 +5,7 @@ Examples::
     erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
     erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
     erl-train --config my_run.yaml --steps 50 --resume
+    torchrun --nproc_per_node 8 -m erl_agents.train --preset paper-qwen3-4b --device cuda   # data parallel
 
 Every field of ``TrainConfig`` is a flag (``--tasks-per-step``; booleans also as ``--no-...``); precedence is
 defaults < preset < config file < flags.
@@ -105,13 +106,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    from erl_agents.distributed import close_world, init_world
     from erl_agents.trainer import Trainer
 
-    trainer = Trainer(config)
-    metrics = trainer.train()
-    print(summary_table(metrics))
-    print(f"run directory: {config.output}")
+    # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
+    device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"
+    world = init_world(device_type, config.backend)
+    try:
+        metrics = Trainer(config, world=world).train()
+    finally:
+        close_world(world)
+    if world.is_main:
+        print(summary_table(metrics))
+        print(f"run directory: {config.output}")
     return 0
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":

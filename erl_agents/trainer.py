@@ -4,13 +4,15 @@
 episode through ``ReflectionWrapper`` (first attempt, reflection on failure, second attempt with the reflection as
 system prompt, shared memory) and adds consolidation copies; groups are per (task, role) (PAPER.md sections 1-2).
 
-Ready for data parallel later: a step's rollout works on a list of tasks (a rank can take its share), the loss uses
-normalisers of the whole batch (micro-batch and rank results sum to the full-batch loss), and every file write goes
-through ``RunWriter``, which only the main process enables.
+Data parallel under ``torchrun`` (``erl_agents.distributed``): each rank plays its block of a step's tasks, the loss
+uses normalisers of the whole batch (micro-batch and rank results sum to the full-batch loss), DDP all-reduces the
+gradients, metrics are reduced over ranks, and every file write goes through ``RunWriter``, which only rank 0
+enables. Without ``torchrun`` the same code runs as one process, every collective a no-op.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -23,17 +25,27 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from erl_agents import checkpoint as ckpt
+from erl_agents.accelerator import autocast, autocast_dtype, peak_memory_gb, reset_peak_memory, resolve_device
 from erl_agents.config import TrainConfig, config_to_dict
-from erl_agents.evaluate import EVAL_SEED_BASE, evaluate, paper_tasks, seeded_tasks
+from erl_agents.distributed import World, shard_bounds
+from erl_agents.evaluate import EVAL_SEED_BASE, evaluate, merge_eval_results, paper_tasks, seeded_tasks
 from erl_agents.grpo import aggregate, group_advantages, k3_kl, ppo_token_loss, raft_advantages, reverse_kl, token_log_probs
+from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict, reference_weights
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, consolidation_copies, run_episodes
 
-__all__ = ["Trainer", "RunWriter", "assign_advantages", "policy_update", "tiny_corpus", "make_env"]
+__all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "assign_advantages", "zero_variance_groups",
+           "consecutive_bad_steps", "policy_update", "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus",
+           "make_env"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Raised after ``max_bad_steps`` consecutive steps whose loss or gradient was NaN or infinite."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -127,6 +139,30 @@ def assign_advantages(trajectories: Sequence[Trajectory], config: TrainConfig) -
             t.advantage = 0.0 if t.teacher_tokens is not None else float(raft_advantages(torch.tensor(t.reward)))
 
 
+def zero_variance_groups(trajectories: Sequence[Trajectory]) -> int:
+    """GRPO groups of two or more whose rewards are all equal: their advantages are 0, so they teach nothing."""
+    rewards: dict[tuple, set[float]] = {}
+    sizes: dict[tuple, int] = {}
+    for t in trajectories:
+        if t.role in GROUPED_ROLES:
+            rewards.setdefault((t.task, t.role), set()).add(t.reward)
+            sizes[(t.task, t.role)] = sizes.get((t.task, t.role), 0) + 1
+    return sum(1 for key, values in rewards.items() if sizes[key] > 1 and len(values) == 1)
+
+
+def consecutive_bad_steps(metrics: Sequence[dict]) -> int:
+    """How many of the latest training steps in a row skipped an update for a non-finite loss or gradient.
+
+    Read from the logged rows, so the count survives a resume unchanged.
+    """
+    count = 0
+    for row in reversed(metrics):
+        if not row.get("skipped_updates"):
+            break
+        count += 1
+    return count
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Loss and update
 
@@ -158,12 +194,73 @@ def selected_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.
     The output head runs on the N selected hidden states instead of all B*T, which is most of the memory for a
     150k-token vocabulary. Models that post-process logits (soft-capping, scaling) take the plain path.
     """
+    if hasattr(model, "get_base_model"):
+        # A LoRA PeftModel: its adapters live inside the wrapped transformer, so the transformer's parts are used.
+        model = model.get_base_model()
     config = model.config
     if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
         logits = model(input_ids=ids, attention_mask=attention).logits
         return logits[:, :-1][select]
     hidden = model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
     return model.get_output_embeddings()(hidden[:, :-1][select])
+
+
+class TokenScorer(torch.nn.Module):
+    """``selected_logits`` as one module call: what DistributedDataParallel wraps, since DDP arms its gradient
+    all-reduce in the wrapper's forward and ``selected_logits`` reaches past the model's own ``forward``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        return selected_logits(self.model, ids, attention, select)
+
+
+def _inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The policy itself, for passes that need no gradient (and so no all-reduce)."""
+    return model.module.model if isinstance(model, DistributedDataParallel) else model
+
+
+def _policy_logits(model, ids, attention, select) -> torch.Tensor:
+    if isinstance(model, DistributedDataParallel):
+        return model(ids, attention, select)
+    return selected_logits(model, ids, attention, select)
+
+
+def _grad_sync(model, sync: bool):
+    """Under DDP, micro-batches accumulate gradients locally and the last one's backward all-reduces them."""
+    if isinstance(model, DistributedDataParallel) and not sync:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def _idle_loss(model, pad_id: int) -> torch.Tensor:
+    """A zero loss over every weight, for a rank that has run out of micro-batches: its backward still joins the
+    all-reduce the other ranks are waiting in, and adds exactly nothing to the gradient."""
+    device = next(model.parameters()).device
+    ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
+    select = torch.ones((1, 1), dtype=torch.bool, device=device)
+    return _policy_logits(model, ids, torch.ones_like(ids), select).sum() * 0.0
+
+
+def micro_batches(batch: Sequence[Trajectory], size: int, max_tokens: int = 0) -> list[list[Trajectory]]:
+    """Consecutive chunks of at most ``size`` sequences and, when ``max_tokens`` > 0, at most ``max_tokens`` padded
+    tokens (rows x longest row), the quantity activation memory grows with. A sequence longer than the cap gets a
+    chunk of its own. Sort ``batch`` by length first so that chunks pad little."""
+    chunks: list[list[Trajectory]] = []
+    current: list[Trajectory] = []
+    longest = 0
+    for t in batch:
+        width = max(longest, len(t.tokens))
+        if current and (len(current) == size or (max_tokens and width * (len(current) + 1) > max_tokens)):
+            chunks.append(current)
+            current, width = [], len(t.tokens)
+        current.append(t)
+        longest = width
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
@@ -178,7 +275,7 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
     targets = ids[:, 1:][select_d]
     temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in batch])
     temperature = temps[seq_of_row].unsqueeze(-1).to(device)
-    logits = selected_logits(model, ids, attention, select_d)
+    logits = _policy_logits(model, ids, attention, select_d)
     allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
     log_p, entropy = token_log_probs(logits, targets, temperature, allowed)
     old_log_p = torch.cat([old[id(t)] for t in batch]).to(device) if old is not None else log_p.detach()
@@ -187,7 +284,8 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
     stats = {"clipped": clipped.float().sum().item(), "entropy": entropy.detach().sum().item(), "tokens": len(targets)}
 
     if ref_model is not None and config.kl_coef > 0:
-        with torch.no_grad():
+        # With LoRA the reference is the policy itself with its adapters switched off.
+        with torch.no_grad(), reference_weights(ref_model):
             ref_log_p, _ = token_log_probs(selected_logits(ref_model, ids, attention, select_d), targets, temperature,
                                            allowed)
         kl = k3_kl(log_p, ref_log_p)
@@ -206,7 +304,8 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
             cols = select[row].nonzero(as_tuple=True)[0] + t.teacher_offset
             t_select[k, cols] = True
         with torch.no_grad():
-            teacher_logits = selected_logits(model, t_ids.to(device), t_attention.to(device), t_select.to(device))
+            teacher_logits = selected_logits(_inner(model), t_ids.to(device), t_attention.to(device),
+                                             t_select.to(device))
         is_distilled = torch.zeros(len(batch), dtype=torch.bool)
         is_distilled[distilled] = True
         rows = is_distilled[seq_of_row].to(device)
@@ -228,8 +327,7 @@ def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tenso
     """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights."""
     out = {}
     device = next(model.parameters()).device
-    for start in range(0, len(batch), config.micro_batch_size):
-        chunk = batch[start:start + config.micro_batch_size]
+    for chunk in micro_batches(batch, config.micro_batch_size, config.max_tokens_per_micro_batch):
         ids, attention = _collate([t.tokens for t in chunk], pad_id)
         select = _target_matrix(chunk, ids.shape[1], "mask", 0).bool()
         constraints = _target_matrix(chunk, ids.shape[1], "constraints", -1)[select]
@@ -246,22 +344,34 @@ def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tenso
 
 
 def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
-                  config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None) -> dict:
+                  config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None,
+                  world: World | None = None) -> dict:
     """PPO epochs x minibatches optimizer steps over the batch, micro-batched with gradient accumulation.
 
     Sequences whose every token has zero loss (advantage 0, no KL or entropy term) are left out of the forward
     passes but still count in the normalisers, so skipping them changes nothing but the time taken.
+
+    Data parallel: ``model`` is a ``DistributedDataParallel(TokenScorer(policy))`` and ``trajectories`` this rank's
+    share. The normalisers are summed over ranks, so the ranks' losses add up to the full batch's loss; DDP averages
+    gradients over ranks, so each rank scales its loss by the world size to make that average the full-batch
+    gradient. Every rank runs the same number of backward passes, and all ranks agree on skipping a bad update.
     """
+    world = world or World()
     trainable = [t for t in trajectories if t.num_model_tokens > 0]
     stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_updates": 0,
              "trained_tokens": 0, "reverse_kl": 0.0}
-    if not trainable:
+    if not world.sum([len(trainable)])[0]:
         return stats
+    device = next(model.parameters()).device
+    precision = autocast_dtype(config.precision, device.type)
     regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
     order = np.arange(len(trainable))
     updates = config.ppo_epochs * config.minibatches
     needed = [t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None]
-    old = _old_log_probs(model, needed, table, config, pad_id) if updates > 1 and needed else None
+    old = None
+    if updates > 1 and needed:
+        with autocast(device, precision):
+            old = _old_log_probs(_inner(model), needed, table, config, pad_id)
     sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
     losses, norms = [], []
     model.train()
@@ -270,28 +380,42 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
             order = rng.permutation(len(trainable))
         for part in np.array_split(order, config.minibatches):
             minibatch = [trainable[i] for i in part]
-            if not minibatch:
-                continue
-            num_tokens = float(sum(t.num_model_tokens for t in minibatch))
-            num_seqs = float(len(minibatch))
             active = [t for t in minibatch if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+            num_tokens, num_seqs, num_active = world.sum(
+                [float(sum(t.num_model_tokens for t in minibatch)), float(len(minibatch)), float(len(active))])
+            if not num_seqs:
+                continue
             active.sort(key=lambda t: len(t.tokens))
+            chunks = micro_batches(active, config.micro_batch_size, config.max_tokens_per_micro_batch)
+            rounds = world.max(len(chunks))
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             finite = True
-            for start in range(0, len(active), config.micro_batch_size):
-                chunk = active[start:start + config.micro_batch_size]
-                loss, part_stats = _micro_batch_loss(model, ref_model, chunk, table, config, pad_id, num_tokens,
-                                                     num_seqs, old)
-                if not torch.isfinite(loss):
-                    finite = False
-                    break
-                loss.backward()
+            for k in range(rounds):
+                with _grad_sync(model, sync=k == rounds - 1):
+                    if k >= len(chunks):
+                        with autocast(device, precision):
+                            idle = _idle_loss(model, pad_id)
+                        idle.backward()
+                        continue
+                    with autocast(device, precision):
+                        loss, part_stats = _micro_batch_loss(model, ref_model, chunks[k], table, config, pad_id,
+                                                             num_tokens, num_seqs, old)
+                    if not torch.isfinite(loss):
+                        finite = False
+                        if not world.enabled:
+                            break
+                    # Under DDP a bad loss still runs its backward (the other ranks wait in its all-reduce); the
+                    # update is then skipped on every rank below.
+                    (loss * world.size if world.enabled else loss).backward()
                 total += loss.item()
                 for key, value in part_stats.items():
                     sums[key] += value
-            if not active:
+            if not num_active:
                 continue
+            if world.enabled:
+                total, bad = world.sum([total, float(not finite)])
+                finite = not bad
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if not finite or not torch.isfinite(grad_norm):
                 # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip this step, log it.
@@ -306,6 +430,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             scheduler.step()
+    if world.enabled:
+        sums = dict(zip(sums, world.sum(list(sums.values()))))
     tokens = max(sums["tokens"], 1)
     stats.update(
         loss=float(np.mean(losses)) if losses else float("nan"),
@@ -319,6 +445,28 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     return stats
 
 
+def merge_rollout_rows(rows: Sequence[dict]) -> dict:
+    """One step's rollout metrics from every rank's: counts and sums add up, means are weighted by what they
+    average over (``reward/ROLE`` and ``success/ROLE`` by ``count/ROLE``, the lift by the retried episodes)."""
+    merged: dict[str, float] = {}
+    for key in dict.fromkeys(k for row in rows for k in row):
+        present = [row for row in rows if key in row]
+        kind, _, role = key.partition("/")
+        if key == "lift":
+            continue  # recomputed from its parts below
+        if kind in ("reward", "success") or key in ("lift/r1", "lift/r2"):
+            weight = f"count/{role}" if kind in ("reward", "success") else "count/attempt2"
+            total = sum(row[weight] for row in present)
+            merged[key] = float(sum(row[key] * row[weight] for row in present) / total)
+        elif key == "memory/set":
+            merged[key] = max(row[key] for row in present)  # one memory, synchronised across ranks
+        else:
+            merged[key] = sum(row[key] for row in present)
+    if "lift/r1" in merged:
+        merged["lift"] = merged["lift/r2"] - merged["lift/r1"]
+    return merged
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The trainer
 
@@ -326,13 +474,19 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
 class Trainer:
     """Owns the policy, optimizer, envs, reflection memory and run directory; ``train()`` is the loop."""
 
-    def __init__(self, config: TrainConfig, is_main_process: bool = True):
+    def __init__(self, config: TrainConfig, is_main_process: bool = True, world: World | None = None):
         self.config = config
-        self.writer = RunWriter(config.output, enabled=is_main_process)
+        # Data parallel (see erl_agents.distributed): this rank rolls out tasks [task_range) of each step.
+        self.world = world or World()
+        if config.tasks_per_step < self.world.size:
+            raise ValueError(f"tasks_per_step ({config.tasks_per_step}) must be at least the number of ranks "
+                             f"({self.world.size}): a task's group is never split across ranks")
+        self.task_range = shard_bounds(config.tasks_per_step, self.world.rank, self.world.size)
+        self.writer = RunWriter(config.output, enabled=is_main_process and self.world.is_main)
         if config.threads > 0:
             torch.set_num_threads(config.threads)
-        device = config.device if config.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(device)
+        self.device = resolve_device(config.device, self.world.local_rank)
+        self.precision = autocast_dtype(config.precision, self.device.type)
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -340,7 +494,7 @@ class Trainer:
 
         # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
         self.group_size = config.group_size
-        pool = config.tasks_per_step * self.group_size
+        pool = (self.task_range[1] - self.task_range[0]) * self.group_size
         self.envs = [make_env(config.env, config.env_kwargs) for _ in range(pool)]
         resume_state = self._latest_state() if config.resume else None
         self.memory = None
@@ -348,16 +502,30 @@ class Trainer:
         if config.algo == "erl":
             self.train_envs = self._reflection_wrappers(resume_state)
 
+        # Rank 0 writes the tiny model's files before the other ranks read them.
+        if not self.world.is_main:
+            self.world.barrier()
         self.policy = self._load_policy()
+        if self.world.is_main:
+            self.world.barrier()
         self.policy.model.to(self.device)
         if config.gradient_checkpointing:
-            self.policy.model.gradient_checkpointing_enable()
-        # The KL anchor: a frozen copy of the initial policy, kept only when the KL term is on.
+            # Non-reentrant checkpointing needs no input that requires grad (frozen LoRA bases) and works under DDP.
+            self.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if config.lora_r:
+            self.policy.model = apply_lora(self.policy.model, config.lora_r, config.lora_alpha, config.lora_targets)
+        # The KL anchor: the initial policy, kept only when the KL term is on. With LoRA it is the policy with its
+        # adapters switched off (no second copy of the weights); otherwise a frozen copy.
         self.ref_model = None
-        if config.kl_coef > 0:
+        if config.kl_coef > 0 and config.lora_r:
+            self.ref_model = self.policy.model
+        elif config.kl_coef > 0:
             self.ref_model = self._load_policy(reference=True).model.to(self.device).eval()
             self.ref_model.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=config.lr,
+        if self.world.rank:
+            # Same initial weights on every rank (above), different sampling streams from here on.
+            torch.manual_seed(config.seed + 1_000_003 * self.world.rank)
+        self.optimizer = torch.optim.AdamW([p for p in self.policy.model.parameters() if p.requires_grad], lr=config.lr,
                                            betas=(0.9, config.adam_beta2), weight_decay=config.weight_decay)
         warmup = max(config.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -370,6 +538,12 @@ class Trainer:
         else:
             self.writer.write_json("config.json", config_to_dict(config))
             self.writer.rewrite_metrics([])
+        # What the update trains through: the policy itself, or under data parallel a DDP wrapper that all-reduces
+        # its gradients (DDP also broadcasts rank 0's weights here, so every rank starts identical).
+        self.train_model = self.policy.model
+        if self.world.enabled:
+            self.train_model = DistributedDataParallel(
+                TokenScorer(self.policy.model), device_ids=[self.device.index] if self.device.type == "cuda" else None)
 
     # --- setup ---
 
@@ -441,16 +615,23 @@ class Trainer:
             self.step += 1
             step_start = time.perf_counter()
             timing: dict[str, float] = {}
+            reset_peak_memory(self.device)
 
-            # 1. Rollout: n episodes of each task, all episodes batched turn by turn.
-            seeds = self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step)
-            tasks = [i for i in range(cfg.tasks_per_step) for _ in range(self.group_size)]
+            # 1. Rollout: n episodes of each task, all episodes batched turn by turn. Rank 0's draw of the step's
+            # task seeds holds for every rank; each rank plays its own block of tasks.
+            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step))
+            tasks = [i for i in range(*self.task_range) for _ in range(self.group_size)]
             resets = [(int(seeds[i]), None) for i in tasks]
             table = ConstraintTable()
             self.policy.model.eval()
-            episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
-                                    constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
-                                    timing=timing)
+            memory_updates = self.memory.updates if self.memory is not None else 0
+            with autocast(self.device, self.precision):
+                episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
+                                        constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
+                                        timing=timing, mask_truncated=cfg.mask_truncated,
+                                        time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit)
+            if self.memory is not None and self.world.enabled:
+                self._sync_memory(memory_updates)
             trajectories = [t for e in episodes for t in e.trajectories]
             if cfg.algo == "erl":
                 trajectories += consolidation_copies(self.policy, episodes, cfg.distill, cfg.max_seq_len)
@@ -460,20 +641,25 @@ class Trainer:
 
             # 3-4. Loss and update.
             clock = time.perf_counter()
-            update = policy_update(self.policy.model, self.optimizer, self.scheduler, trajectories, table, cfg,
-                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng)
+            update = policy_update(self.train_model, self.optimizer, self.scheduler, trajectories, table, cfg,
+                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
             timing["update"] = time.perf_counter() - clock
 
-            # 5. Log.
-            row = {"step": self.step, **self._rollout_metrics(episodes, trajectories), **update,
-                   "lr": self.scheduler.get_last_lr()[0]}
+            # 5. Log (rollout metrics over all ranks; time/ keys are this machine's measurements).
+            rollout = self._rollout_metrics(episodes, trajectories)
+            if self.world.enabled:
+                rollout = merge_rollout_rows(self.world.gather(rollout))
+            row = {"step": self.step, **rollout, **update, "lr": self.scheduler.get_last_lr()[0]}
             row.update({f"time/{k}": v for k, v in timing.items()})
             row["time/step"] = time.perf_counter() - step_start
+            row["time/generation_tokens_per_s"] = row["tokens/generated"] / max(timing["generation"], 1e-9)
+            row["time/update_tokens_per_s"] = update["trained_tokens"] / max(timing["update"], 1e-9)
+            row["time/peak_memory_gb"] = self.world.max(peak_memory_gb(self.device))
 
             # 6. Evaluate.
             # The time limit counts training only: held-out evaluation is measurement, not training.
             training_seconds = time.perf_counter() - started - sum(m.get("time/eval", 0.0) for m in self.metrics)
-            out_of_time = cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min
+            out_of_time = self.world.any(cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min)
             last = self.step == cfg.steps or out_of_time
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
                 row = self._evaluate(eval_sampling, row)
@@ -483,6 +669,7 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix({k: round(row[k], 3) for k in ("success/attempt1", "eval/success") if k in row})
+            self._check_numerics(row)
 
             # 7. Checkpoint.
             if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last:
@@ -497,6 +684,7 @@ class Trainer:
             from erl_agents.plots import plot_learning_curves
 
             plot_learning_curves(self.metrics, Path(cfg.output) / "curves.png", title=f"{cfg.algo} on {cfg.env}")
+        self.world.barrier()  # every rank returns once rank 0's files are complete
         return self.metrics
 
     # --- pieces of the loop ---
@@ -516,6 +704,9 @@ class Trainer:
             row["lift/r2"] = float(np.mean([e.trajectory("attempt2").reward for e in retried]))
             row["lift"] = row["lift/r2"] - row["lift/r1"]
         row["overflowed"] = sum(t.overflowed for t in trajectories)
+        row["truncated"] = sum(t.truncated_replies for e in episodes for t in e.trajectories)
+        row["budget_ended"] = sum(bool(e.budget_ended) for e in episodes)
+        row["groups/zero_variance"] = zero_variance_groups(trajectories)
         row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
         row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
         if self.memory is not None:
@@ -527,26 +718,65 @@ class Trainer:
         clock = time.perf_counter()
         self.policy.model.eval()
         # Evaluation draws from its own RNG stream, so evaluating (or not) never changes the training run.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed * 1_000_003 + self.step)
-            result = evaluate(self.policy, self.envs, self.eval_tasks, cfg.eval_samples, sampling,
-                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len)
+        # Under data parallel each rank evaluates its block of the held-out tasks and the results are merged.
+        tasks = self.world.shard(self.eval_tasks)
+        with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision):
+            torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
+            result = evaluate(self.policy, self.envs, tasks, cfg.eval_samples, sampling,
+                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len) if tasks else None
+        if self.world.enabled:
+            result = merge_eval_results(self.world.gather(result), cfg.eval_samples)
         row = dict(row)
         row.update({f"eval/{k}": v for k, v in result.items()})
         row["time/eval"] = time.perf_counter() - clock
         return row
 
+    def _sync_memory(self, updates_before: int) -> None:
+        """One reflection memory for the whole run. Among the ranks that stored a reflection this step the highest
+        rank's is kept, as if the ranks' episodes had run one after another; the update counts add up."""
+        from erl_envs.memory import ReflectionMemory
+
+        states = self.world.gather((self.memory.updates - updates_before, self.memory.to_dict()))
+        stored = [state for count, state in states if count > 0]
+        if not stored:
+            return
+        merged = ReflectionMemory.from_dict({**stored[-1], "updates": updates_before + sum(c for c, _ in states)})
+        self.memory = merged
+        for env in self.train_envs:
+            env.memory = merged
+
     def _log(self, row: dict) -> None:
         self.metrics.append(row)
         self.writer.append_metrics(row)
 
+    def _check_numerics(self, row: dict) -> None:
+        """Warn about a step that skipped updates; stop the run once ``max_bad_steps`` such steps come in a row."""
+        skipped = row.get("skipped_updates", 0)
+        if not skipped:
+            return
+        cfg = self.config
+        bad = consecutive_bad_steps(self.metrics)
+        updates = cfg.ppo_epochs * cfg.minibatches
+        warnings.warn(f"step {self.step}: skipped {skipped} of {updates} updates for a non-finite loss or gradient "
+                      f"({bad} bad step(s) in a row)", RuntimeWarning, stacklevel=2)
+        if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
+            raise NonFiniteTrainingError(
+                f"stopping at step {self.step}: the loss or gradient was NaN/inf in {bad} consecutive steps "
+                f"(max_bad_steps={cfg.max_bad_steps}). Every bad update was skipped, so the weights hold no NaN; "
+                f"check the rewards and the model's dtype, or lower --lr, then resume from the checkpoints in "
+                f"{Path(cfg.output) / 'checkpoints'}")
+
     # --- checkpoints ---
 
     def save(self) -> None:
+        # Every rank's RNG streams go into rank 0's checkpoint, so a resumed run continues each rank exactly.
+        rank_rng = self.world.gather(ckpt.rng_state(self.rng)) if self.world.enabled else None
         if not self.writer.enabled:
             return
         payload = {
-            "model": self.policy.model.state_dict(),
+            # With LoRA only the adapters are saved: the base weights never change.
+            "model": adapter_state_dict(self.policy.model) if is_lora(self.policy.model)
+            else self.policy.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": ckpt.rng_state(self.rng),
@@ -554,20 +784,36 @@ class Trainer:
             "metrics": self.metrics,
             "config": config_to_dict(self.config),
         }
+        if rank_rng is not None:
+            payload["rank_rng"] = rank_rng
         ckpt.save_checkpoint(Path(self.config.output) / "checkpoints", self.step, payload, self.config.keep_checkpoints)
 
     def _latest_state(self) -> dict:
-        path = ckpt.latest_checkpoint(Path(self.config.output) / "checkpoints")
-        if path is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {Path(self.config.output) / 'checkpoints'}")
-        return ckpt.load_checkpoint(path)
+        """The newest checkpoint that verifies; a corrupt or unfinished newer one is skipped with a warning."""
+        folder = Path(self.config.output) / "checkpoints"
+        if ckpt.latest_checkpoint(folder) is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {folder}")
+        _, state = ckpt.load_latest_checkpoint(folder)
+        return state
 
     def _resume(self, state: dict) -> None:
         """Weights, optimizer, schedule, RNGs, metrics (the memory was restored before the wrappers were built)."""
-        self.policy.model.load_state_dict(state["model"])
+        if is_lora(self.policy.model):
+            load_adapter_state_dict(self.policy.model, state["model"])
+        else:
+            self.policy.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        ckpt.set_rng_state(state["rng"], self.rng)
+        rng = state["rng"]
+        saved = state.get("rank_rng") or [rng]
+        if len(saved) == self.world.size:
+            rng = saved[self.world.rank]
+        else:
+            warnings.warn(f"the checkpoint was written by {len(saved)} rank(s) and this run has {self.world.size}: "
+                          "weights, optimizer and schedule resume exactly, sampling does not", RuntimeWarning)
+        ckpt.set_rng_state(rng, self.rng)
+        if len(saved) != self.world.size and self.world.rank:
+            torch.manual_seed(self.config.seed + 1_000_003 * self.world.rank)
         self.metrics = list(state["metrics"])
         self.step = int(state["step"])
         self.writer.rewrite_metrics(self.metrics)
