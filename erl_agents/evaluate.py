@@ -2,6 +2,9 @@
 
 The held-out tasks are the paper's test set for the grid games when its folder is given (``../shared/paper_tasks``
 in this project), else a seeded split whose seeds training never draws (training seeds are below ``EVAL_SEED_BASE``).
+Unseen seeds give unseen grid games, but an env that draws from a fixed pool (HotpotQA's questions) would replay
+its training pool: the trainer then builds its evaluation envs from ``eval_env_kwargs`` (other data, another
+synthetic world).
 """
 
 from __future__ import annotations

@@ -12,12 +12,14 @@ from token lists too: the second attempt with the system-prompt tokens swapped f
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import gymnasium as gym
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
@@ -125,24 +127,77 @@ class ConstraintTable:
 
 
 class _ActionTrie:
-    """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix."""
+    """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix.
+
+    Nodes are numbered so that a generation step can advance every row with one dict lookup and fetch every row's
+    mask with one tensor index. A prefix that leaves the trie (a row that already ended and is being padded) lands
+    in an absorbing node that allows only end-of-turn, as does a finished reply.
+    """
+
+    ROOT = 0
 
     def __init__(self, policy: Policy, actions: Sequence[str]):
         end = policy.chat.end_of_turn_id
-        self.root: dict = {}
+        self.children: list[dict[int, int]] = [{}]
+        self.depth = 0
         for text in actions:
-            node = self.root
-            for token in policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]:
-                node = node.setdefault(token, {})
-        self.fallback = [end]
+            tokens = policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]
+            self.depth = max(self.depth, len(tokens))
+            node = self.ROOT
+            for token in tokens:
+                if token not in self.children[node]:
+                    self.children[node][token] = len(self.children)
+                    self.children.append({})
+                node = self.children[node][token]
+        self.off = len(self.children)  # the absorbing node: off the trie
+        self.children.append({})
+        self.sets = [tuple(sorted(c)) if c else (end,) for c in self.children]
+        self._masks: dict[tuple, torch.Tensor] = {}
+
+    def step(self, node: int, token: int) -> int:
+        return self.children[node].get(token, self.off)
 
     def allowed(self, prefix: Sequence[int]) -> list[int]:
-        node = self.root
+        node = self.ROOT
         for token in prefix:
-            node = node.get(token)
-            if node is None:
-                return self.fallback
-        return list(node) or self.fallback
+            node = self.step(node, token)
+        return list(self.sets[node])
+
+    def masks(self, like: torch.Tensor) -> torch.Tensor:
+        """``[nodes, V]``: 0 where a node allows the token, -inf elsewhere (what gets added to the logits)."""
+        key = (like.shape[-1], like.dtype, like.device)
+        if key not in self._masks:
+            table = torch.full((len(self.sets), like.shape[-1]), -math.inf, dtype=like.dtype)
+            for node, allowed in enumerate(self.sets):
+                table[node, list(allowed)] = 0
+            self._masks[key] = table.to(like.device)
+        return self._masks[key]
+
+
+class _TrieConstraint(LogitsProcessor):
+    """Restricts each row to what the trie allows after its reply so far.
+
+    The same arithmetic as ``generate``'s ``prefix_allowed_tokens_fn`` processor (add 0 / -inf; rows whose allowed
+    tokens are all -inf get the bare mask), so the sampled tokens are the same, but each step costs one dict lookup
+    per row and one gather, not a trie walk and a mask write per row. The nodes of every step are kept, which is
+    what the constraint sets of the sampled tokens are read from.
+    """
+
+    def __init__(self, trie: _ActionTrie, prompt_width: int):
+        self.trie = trie
+        self.prompt_width = prompt_width
+        self.nodes: list[list[int]] = []  # per generation step, per row
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] == self.prompt_width:
+            nodes = [self.trie.ROOT] * input_ids.shape[0]
+        else:
+            nodes = [self.trie.step(n, t) for n, t in zip(self.nodes[-1], input_ids[:, -1].tolist())]
+        self.nodes.append(nodes)
+        mask = self.trie.masks(scores)[torch.tensor(nodes, device=scores.device)]
+        processed = scores + mask
+        unsatisfiable = processed.amax(dim=-1, keepdim=True).isneginf()
+        return torch.where(unsatisfiable, mask, processed)
 
 
 @dataclass
@@ -174,13 +229,9 @@ def generate_replies(
     for row, ids in enumerate(contexts):
         input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
         attention[row, width - len(ids):] = 1
-    trie = _ActionTrie(policy, valid_actions) if valid_actions else None
-    kwargs: dict[str, Any] = {}
-    max_new = sampling.max_new_tokens
-    if trie is not None:
-        kwargs["prefix_allowed_tokens_fn"] = lambda _row, ids: trie.allowed(ids[width:].tolist())
-        depth = max(len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in valid_actions) + 1
-        max_new = min(max_new, depth) if max_new >= depth else depth
+    constraint = _TrieConstraint(_ActionTrie(policy, valid_actions), width) if valid_actions else None
+    # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
+    max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
     out = policy.model.generate(
         input_ids=input_ids.to(policy.device),
         attention_mask=attention.to(policy.device),
@@ -193,24 +244,31 @@ def generate_replies(
         pad_token_id=pad,
         output_scores=True,
         return_dict_in_generate=True,
-        **kwargs,
+        logits_processor=LogitsProcessorList([constraint] if constraint is not None else []),
     )
-    new = out.sequences[:, width:].cpu()
-    # Log-probs of the sampled tokens under the distribution actually sampled from (after temperature/top-k/top-p).
-    scores = torch.stack(out.scores, dim=1).float().cpu()  # [B, new, V]
-    step_logprobs = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    new = out.sequences[:, width:]
+    # Log-probs of the sampled tokens under the distribution actually sampled from (after temperature/top-k/top-p),
+    # one step at a time: only the sampled tokens' values are kept, never a [B, new, V] copy of the scores.
+    step_logprobs = torch.stack(
+        [torch.log_softmax(scores.float(), dim=-1).gather(-1, new[:, k, None]).squeeze(-1)
+         for k, scores in enumerate(out.scores)], dim=1).cpu()
+    new = new.cpu()
     replies = []
     stops = set(chat.stop_ids)
-    for row in range(len(contexts)):
-        ids = new[row].tolist()
+    interned: dict[int, int] = {}
+    for row, ids in enumerate(new.tolist()):
         finished = False
         for cut, token in enumerate(ids):
             if token in stops:
                 ids, finished = ids[: cut + 1], True
                 break
         constraints = [-1] * len(ids)
-        if trie is not None and table is not None:
-            constraints = [table.intern(trie.allowed(ids[:k])) for k in range(len(ids))]
+        if constraint is not None and table is not None:
+            nodes = [constraint.nodes[k][row] for k in range(len(ids))]
+            for node in nodes:
+                if node not in interned:
+                    interned[node] = table.intern(constraint.trie.sets[node])
+            constraints = [interned[node] for node in nodes]
         replies.append(Reply(ids, step_logprobs[row, : len(ids)].tolist(), constraints, finished))
     return replies
 

@@ -5,6 +5,9 @@ Examples::
     erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
     erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
     erl-train --config my_run.yaml --steps 50 --resume
+    # HotpotQA: train on one question set, evaluate on the paper's (its file has no passages: keep the corpus)
+    erl-train --env ERL-HotpotQA-v0 --preset paper-qwen3-4b --env-kwargs '{"data": "train.jsonl", "corpus": "wiki.jsonl"}' \
+        --eval-env-kwargs '{"data": "../shared/paper_tasks/hotpotqa_val_first1024.parquet"}'
     torchrun --nproc_per_node 8 -m erl_agents.train --preset paper-qwen3-4b --device cuda   # data parallel
 
 Every field of ``TrainConfig`` is a flag (``--tasks-per-step``; booleans also as ``--no-...``); precedence is
@@ -101,25 +104,49 @@ def summary_table(metrics: Sequence[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config = parse_config(argv)
+    """Run ``erl-train``; returns the exit status.
+
+    A run that cannot start (a bad config value, a ``--resume`` without a checkpoint) or that stops on purpose
+    (``NonFiniteTrainingError``) ends with one ``erl-train: error: ...`` line and status 2, as argparse does for a
+    bad flag: the message says what to fix and a traceback would only hide it. Anything else is a bug and keeps
+    its traceback.
+    """
+    try:
+        config = parse_config(argv)
+    except (ValueError, TypeError) as exc:
+        return _fail(exc)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     from erl_agents.distributed import close_world, init_world
-    from erl_agents.trainer import Trainer
+    from erl_agents.trainer import NonFiniteTrainingError, Trainer
 
     # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
     device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"
     world = init_world(device_type, config.backend)
     try:
-        metrics = Trainer(config, world=world).train()
+        try:
+            # Building the trainer applies the config: envs from env_kwargs, the model, the checkpoint to resume.
+            trainer = Trainer(config, world=world)
+        except (ValueError, TypeError, FileNotFoundError) as exc:
+            return _fail(exc)
+        try:
+            metrics = trainer.train()
+        except NonFiniteTrainingError as exc:
+            return _fail(exc)
     finally:
         close_world(world)
     if world.is_main:
         print(summary_table(metrics))
         print(f"run directory: {config.output}")
     return 0
+
+
+def _fail(exc: BaseException) -> int:
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    print(f"erl-train: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _cuda_available() -> bool:

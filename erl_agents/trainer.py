@@ -496,6 +496,12 @@ class Trainer:
         self.group_size = config.group_size
         pool = (self.task_range[1] - self.task_range[0]) * self.group_size
         self.envs = [make_env(config.env, config.env_kwargs) for _ in range(pool)]
+        # Held-out envs: the training envs themselves unless eval_env_kwargs points evaluation at other data (an env
+        # without a paper test set, such as HotpotQA, would otherwise evaluate on its training questions).
+        self.eval_envs = self.envs
+        if config.eval_env_kwargs:
+            eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
+            self.eval_envs = [make_env(config.env, eval_kwargs) for _ in range(pool)]
         resume_state = self._latest_state() if config.resume else None
         self.memory = None
         self.train_envs = self.envs
@@ -722,7 +728,7 @@ class Trainer:
         tasks = self.world.shard(self.eval_tasks)
         with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision):
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
-            result = evaluate(self.policy, self.envs, tasks, cfg.eval_samples, sampling,
+            result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
                               constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len) if tasks else None
         if self.world.enabled:
             result = merge_eval_results(self.world.gather(result), cfg.eval_samples)

@@ -76,3 +76,99 @@ def test_summary_table_lists_eval_and_times():
                                                "time/update": 1.0, "time/elapsed": 3.0, "eval/success": 0.6}]
     table = summary_table(rows)
     assert "0.300" in table and "0.600" in table and "time in generation | 2.0 s" in table
+
+
+def test_hotpotqa_cpu_tiny_evaluates_on_a_disjoint_synthetic_set():
+    from erl_agents.trainer import make_env
+
+    c = build_config({"preset": "cpu-tiny", "env": "ERL-HotpotQA-v0"})
+    assert c.eval_env_kwargs == {"seed": 1}
+    train = make_env(c.env, c.env_kwargs).unwrapped
+    held_out = make_env(c.env, {**c.env_kwargs, **c.eval_env_kwargs}).unwrapped
+    assert len(train.questions) == len(held_out.questions) == 200
+    assert not {q.id for q in train.questions} & {q.id for q in held_out.questions}
+    assert not {q.question for q in train.questions} & {q.question for q in held_out.questions}
+    # Another invented world, not new questions about the same entities: no passage title in common either.
+    titles = [{p.title for q in env.questions for p in q.paragraphs} for env in (train, held_out)]
+    assert titles[0] and not titles[0] & titles[1]
+    # The grid games keep evaluating on the training env's own held-out split.
+    for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
+        assert build_config({"preset": "cpu-tiny", "env": env}).eval_env_kwargs == {}
+
+
+def test_eval_env_kwargs_is_a_flag_and_must_be_a_dict():
+    c = parse_config(["--env-kwargs", '{"data": "synthetic"}', "--eval-env-kwargs", '{"seed": 5}'])
+    assert c.eval_env_kwargs == {"seed": 5} and c.env_kwargs == {"data": "synthetic"}
+    assert "held-out envs only" in build_parser().format_help()
+    with pytest.raises(TypeError, match="eval_env_kwargs must be a dict, got list"):
+        TrainConfig(eval_env_kwargs=[1])
+
+
+# --- erl-train's exit: one error line and status 2 for problems the user can fix, a traceback for bugs ---
+
+
+def _main(argv, capsys):
+    from erl_agents.train import main
+
+    status = main(argv)
+    err = capsys.readouterr().err
+    return status, err
+
+
+def test_a_bad_config_value_is_one_error_line_and_status_2(capsys):
+    status, err = _main(["--algo", "ppo"], capsys)
+    assert status == 2
+    assert err == "erl-train: error: algo must be one of ['rlvr', 'erl'], got 'ppo'\n"
+    status, err = _main(["--eval-env-kwargs", "[1]"], capsys)
+    assert status == 2 and err.startswith("erl-train: error: eval_env_kwargs must be a dict")
+
+
+def test_resume_without_a_checkpoint_is_one_error_line(tmp_path, capsys):
+    import text_bandit  # noqa: F401  (registers TextBandit-v0)
+
+    status, err = _main(["--env", "TextBandit-v0", "--output", str(tmp_path / "run"), "--resume", "--no-progress"],
+                        capsys)
+    assert status == 2
+    assert err.startswith("erl-train: error: --resume: no checkpoint in") and err.count("\n") == 1
+
+
+class _StoppingTrainer:
+    """Stands in for Trainer: builds instantly, then fails in train() with the given exception."""
+
+    error: BaseException
+
+    def __init__(self, config, world=None):
+        pass
+
+    def train(self):
+        raise self.error
+
+
+def test_a_non_finite_stop_is_one_error_line_and_other_errors_keep_their_traceback(monkeypatch, capsys, tmp_path):
+    from erl_agents import trainer
+
+    monkeypatch.setattr(trainer, "Trainer", _StoppingTrainer)
+    argv = ["--output", str(tmp_path / "run"), "--no-progress"]
+    _StoppingTrainer.error = trainer.NonFiniteTrainingError("stopping at step 3: the loss was NaN\nin 2 steps")
+    status, err = _main(argv, capsys)
+    assert (status, err) == (2, "erl-train: error: stopping at step 3: the loss was NaN in 2 steps\n")
+    # A ValueError from inside the loop is a bug, not a config problem: it propagates.
+    _StoppingTrainer.error = ValueError("shapes do not match")
+    with pytest.raises(ValueError, match="shapes do not match"):
+        _main(argv, capsys)
+    _StoppingTrainer.error = RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        _main(argv, capsys)
+
+
+def test_the_command_exits_2_without_a_traceback():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "erl_agents.train", "--lr", "1", "--steps", "0"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "erl-train: error: steps must be at least 1, got 0\n"
+    assert "Traceback" not in done.stdout + done.stderr

@@ -114,3 +114,98 @@ def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
     assert student.teacher_offset == len(opening2) - len(opening1)
     with pytest.raises(ValueError, match="unknown consolidation mode"):
         consolidation_copies(policy, [episode], "sft")
+
+
+# --- the constrained-decoding fast path against the plain transformers path it replaced ---
+
+
+def _reference_generate_replies(policy, contexts, sampling, valid_actions=None, table=None):
+    """generate_replies through ``prefix_allowed_tokens_fn`` (a nested-dict trie walked per row and step) and a
+    stacked ``[B, new, V]`` score tensor: the straightforward path the rollout must agree with exactly."""
+    chat = policy.chat
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), policy.tokenizer.pad_token_id)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+    root, kwargs, max_new = {}, {}, sampling.max_new_tokens
+    encoded = [policy.tokenizer(a, add_special_tokens=False)["input_ids"] + [chat.end_of_turn_id]
+               for a in valid_actions or []]
+    for tokens in encoded:
+        node = root
+        for token in tokens:
+            node = node.setdefault(token, {})
+
+    def allowed(prefix):
+        node = root
+        for token in prefix:
+            node = node.get(token)
+            if node is None:
+                return [chat.end_of_turn_id]
+        return list(node) or [chat.end_of_turn_id]
+
+    if valid_actions:
+        kwargs["prefix_allowed_tokens_fn"] = lambda _row, ids: allowed(ids[width:].tolist())
+        max_new = max(len(t) for t in encoded)
+    out = policy.model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+                                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                max_new_tokens=max_new, eos_token_id=chat.stop_ids,
+                                pad_token_id=policy.tokenizer.pad_token_id, output_scores=True,
+                                return_dict_in_generate=True, **kwargs)
+    new = out.sequences[:, width:]
+    logprobs = torch.log_softmax(torch.stack(out.scores, 1).float(), -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    replies = []
+    for row, ids in enumerate(new.tolist()):
+        cut = next((k + 1 for k, token in enumerate(ids) if token in chat.stop_ids), len(ids))
+        constraints = [table.intern(allowed(ids[:k])) for k in range(cut)] if valid_actions else [-1] * cut
+        replies.append((ids[:cut], logprobs[row, :cut].tolist(), constraints, cut < len(ids) or
+                        ids[cut - 1] in chat.stop_ids))
+    return replies
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+@pytest.mark.parametrize("sampling", [SamplingParams(1.0, 1.0, 0, 6), SamplingParams(0.7, 0.8, 20, 6)])
+def test_generate_replies_matches_the_plain_transformers_path_exactly(policy, constrained, sampling):
+    env = TextBanditEnv(turns=3, contextual=True)
+    # Replies of one and of several tokens, two sharing their first tokens: every kind of trie node is visited.
+    actions = ["```A```", "```B```", "Which door", "Which way", "The prize"] if constrained else None
+    lengths = [len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in actions or []]
+    assert not constrained or (min(lengths) == 1 and max(lengths) > 2)
+    contexts = [policy.chat.open(env.instructions, f"Turn 1 of 3. The prize is behind door {d}. Which door?")
+                for d in "ABCDABCD"]
+    contexts[3] = contexts[3] + [40, 41, policy.chat.end_of_turn_id] + policy.chat.user_turn("Turn 2 of 3.")
+    for seed in range(3):
+        torch.manual_seed(seed)
+        old_table = ConstraintTable()
+        expected = _reference_generate_replies(policy, contexts, sampling, actions, old_table)
+        after_old = torch.rand(1)
+        torch.manual_seed(seed)
+        table = ConstraintTable()
+        replies = generate_replies(policy, contexts, sampling, actions, table)
+        assert torch.equal(torch.rand(1), after_old)  # the same random numbers were drawn
+        got = [(r.ids, r.logprobs, [table.sets[c] if c >= 0 else c for c in r.constraints], r.finished)
+               for r in replies]
+        want = [(ids, lp, [old_table.sets[c] if c >= 0 else c for c in cs], done) for ids, lp, cs, done in expected]
+        assert got == want  # bit for bit: tokens, log-probs, constraint sets, stop flags
+
+
+def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch):
+    import erl_agents.rollout as rollout
+
+    def play(table):
+        torch.manual_seed(11)
+        envs = [TextBanditEnv(turns=3, contextual=bool(i % 2)) for i in range(6)]
+        episodes = run_episodes(policy, envs, [(i, None) for i in range(6)], list(range(6)),
+                                SamplingParams(1.0, 1.0, 0, 6), constrained=True, table=table)
+        return [(t.tokens, t.mask, t.logprobs, [table.sets[c] if c >= 0 else c for c in t.constraints], t.reward)
+                for e in episodes for t in e.trajectories]
+
+    fast = play(ConstraintTable())
+
+    def reference(policy, contexts, sampling, valid_actions=None, table=None):
+        return [rollout.Reply(ids, lp, cs, done)
+                for ids, lp, cs, done in _reference_generate_replies(policy, contexts, sampling, valid_actions, table)]
+
+    monkeypatch.setattr(rollout, "generate_replies", reference)
+    assert play(ConstraintTable()) == fast

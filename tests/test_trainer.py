@@ -119,6 +119,23 @@ def test_tiny_model_learns_a_text_bandit_in_seconds(tmp_path):
     assert metrics[-1]["success/attempt1"] > metrics[1]["success/attempt1"]
 
 
+def test_evaluation_runs_on_envs_built_with_eval_env_kwargs(tmp_path):
+    # Training episodes last one turn, held-out ones three: the eval token count shows which envs evaluation used.
+    config = _run_config(tmp_path, "eval_envs", eval_env_kwargs={"turns": 3}, steps=1, eval_every=1)
+    trainer = Trainer(config)
+    assert [env.unwrapped.turns for env in trainer.envs] == [1] * 8
+    assert [env.unwrapped.turns for env in trainer.eval_envs] == [3] * 8
+    # Constrained replies are one action string and the end-of-turn token.
+    encode = trainer.policy.tokenizer
+    actions = trainer.envs[0].unwrapped.valid_actions
+    lengths = [len(encode(a, add_special_tokens=False)["input_ids"]) + 1 for a in actions]
+    assert 3 * min(lengths) > max(lengths)  # so three-turn and one-turn episodes cannot give the same count
+    for row in trainer.train():
+        assert 3 * min(lengths) <= row["eval/tokens"] / row["eval/episodes"] <= 3 * max(lengths)
+    plain = Trainer(_run_config(tmp_path, "plain", steps=1, eval_every=1))
+    assert plain.eval_envs is plain.envs
+
+
 ENVS = {
     "ERL-FrozenLake-v0": {"size": [2, 3]},
     "ERL-Sokoban-v0": {},
