@@ -40,16 +40,26 @@ def play_text(env: gym.Env, seed: int | None, lines: TextIO, out: TextIO) -> int
         reply = line.rstrip("\n")
         if reply.strip().lower() in QUIT_WORDS:
             break
-        obs, reward, terminated, truncated, info = env.step(reply)
-        print(_describe_step(reward, terminated, truncated, info), file=out)
-        print(obs, file=out)
-        if terminated or truncated:
-            finished += 1
-            obs, _ = env.reset()
-            print("\n--- new level ---", file=out)
-            print(obs, file=out)
-        out.flush()
+        finished += _play_turn(env, reply, out)
     return finished
+
+
+def _new_level(env: gym.Env, out: TextIO) -> None:
+    obs, _ = env.reset()
+    print("\n--- new level ---", file=out)
+    print(obs, file=out)
+
+
+def _play_turn(env: gym.Env, reply: str, out: TextIO) -> int:
+    """Step with a reply, show what happened, start a new level when the episode ends; returns 1 if it ended."""
+    obs, reward, terminated, truncated, info = env.step(reply)
+    print(_describe_step(reward, terminated, truncated, info), file=out)
+    print(obs, file=out)
+    ended = terminated or truncated
+    if ended:
+        _new_level(env, out)
+    out.flush()
+    return int(ended)
 
 
 def play_keyboard(env: gym.Env, seed: int | None, out: TextIO = sys.stdout) -> int:
@@ -75,21 +85,9 @@ def play_keyboard(env: gym.Env, seed: int | None, out: TextIO = sys.stdout) -> i
         if event.type != pygame.KEYDOWN:
             continue
         if event.key == pygame.K_r:
-            obs, _ = env.reset()
-            print("\n--- new level ---", file=out)
-            print(obs, file=out)
-            continue
-        if event.key not in keys:
-            continue
-        obs, reward, terminated, truncated, info = env.step(format_action(keys[event.key]))
-        print(_describe_step(reward, terminated, truncated, info), file=out)
-        print(obs, file=out)
-        if terminated or truncated:
-            finished += 1
-            obs, _ = env.reset()
-            print("\n--- new level ---", file=out)
-            print(obs, file=out)
-        out.flush()
+            _new_level(env, out)
+        elif event.key in keys:
+            finished += _play_turn(env, format_action(keys[event.key]), out)
 
 
 def main(argv: list[str] | None = None) -> int:
