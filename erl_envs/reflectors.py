@@ -24,6 +24,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from erl_envs import prompts
 from erl_envs.actions import ACTION_NAMES, MOVES, GridAction, parse_grid_actions
 from erl_envs.grid_text import SymbolSet
+from erl_envs.sokoban_levels import LevelError, SokobanLevel
+from erl_envs.sokoban_solver import solve_sokoban
 
 __all__ = [
     "TraceStep",
@@ -336,58 +338,6 @@ def _bfs_route(board: list[list[str]], start: Cell, goal: Cell, passable: set[st
     return None
 
 
-def _solve_boxes(walls: frozenset[Cell], boxes: frozenset[Cell], targets: frozenset[Cell], player: Cell,
-                 shape: tuple[int, int], max_states: int = 200_000) -> list[GridAction] | None:
-    """Fewest-moves solution of a push puzzle by BFS over (player, boxes), or None (unsolvable or over budget).
-
-    Pushing a box into a corner that is not a target is pruned: such a box can never move again.
-    """
-    rows, cols = shape
-
-    def blocked(cell: Cell) -> bool:
-        return not (0 <= cell[0] < rows and 0 <= cell[1] < cols) or cell in walls
-
-    def dead_corner(cell: Cell) -> bool:
-        if cell in targets:
-            return False
-        r, c = cell
-        vertical = blocked((r - 1, c)) or blocked((r + 1, c))
-        horizontal = blocked((r, c - 1)) or blocked((r, c + 1))
-        return vertical and horizontal
-
-    start = (player, boxes)
-    parent: dict[tuple[Cell, frozenset[Cell]], tuple[Any, GridAction] | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        state = queue.popleft()
-        pos, bxs = state
-        if bxs <= targets:
-            route = []
-            while parent[state] is not None:
-                state, action = parent[state]  # type: ignore[misc]
-                route.append(action)
-            return route[::-1]
-        for action in GridAction:
-            dr, dc = MOVES[action]
-            nxt = (pos[0] + dr, pos[1] + dc)
-            if blocked(nxt):
-                continue
-            new_boxes = bxs
-            if nxt in bxs:
-                beyond = (nxt[0] + dr, nxt[1] + dc)
-                if blocked(beyond) or beyond in bxs or dead_corner(beyond):
-                    continue
-                new_boxes = (bxs - {nxt}) | {beyond}
-            new_state = (nxt, new_boxes)
-            if new_state in parent:
-                continue
-            parent[new_state] = (state, action)
-            if len(parent) > max_states:
-                return None
-            queue.append(new_state)
-    return None
-
-
 def _route_words(route: Sequence[GridAction]) -> str:
     return ", ".join(ACTION_NAMES[a] for a in route) + f" ({len(route)} move{'s' if len(route) != 1 else ''})"
 
@@ -580,7 +530,13 @@ def _sokoban_plan(facts: _GridFacts, symbols: SymbolSet) -> list[GridAction] | N
     targets = frozenset(set().union(*(cells[k] for k in _TARGET_KINDS)))
     if not boxes or len(targets) < len(boxes):
         return None
-    return _solve_boxes(frozenset(cells["wall"]), boxes, targets, next(iter(players)), facts.shape)
+    # The game's own optimal solver; a board it cannot read as a playable level gets no plan.
+    try:
+        level = SokobanLevel(facts.shape[0], facts.shape[1], frozenset(cells["wall"]), boxes, targets,
+                             next(iter(players)))
+    except LevelError:
+        return None
+    return solve_sokoban(level)
 
 
 def _unknown_grid_rulebook(request: ReflectionRequest, facts: _GridFacts) -> str:
