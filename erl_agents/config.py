@@ -36,7 +36,7 @@ class TrainConfig:
     n_rlvr: int = 10  # first attempts per task for rlvr (paper: 10)
     n_erl: int = 4  # first attempts per task for erl (paper: 4; each may add a reflection and a retry)
     # --- ERL ---
-    reflector: str = "policy"  # who writes reflections: the policy itself, or "rule" (erl_envs RuleReflector)
+    reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector) or "plan" (its solution only)
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
@@ -105,6 +105,7 @@ class TrainConfig:
     tiny_heads: int = 4
     tiny_intermediate: int = 512
     tiny_vocab: int = 1024
+    tiny_grid_tokens: str = "cell"  # a grid observation's unit that gets one token: cell, or row (small boards)
 
     def __post_init__(self):
         self.validate()
@@ -112,7 +113,7 @@ class TrainConfig:
     def validate(self) -> None:
         choices = {
             "algo": ALGOS,
-            "reflector": ("policy", "rule"),
+            "reflector": ("policy", "rule", "plan"),
             "distill": ("imitation", "reverse_kl"),
             "advantage": ("grpo", "dr_grpo", "raft"),
             "single_member": ("reward", "zero"),
@@ -120,6 +121,7 @@ class TrainConfig:
             "eval_set": ("auto", "paper", "seeded"),
             "precision": ("auto", "bf16", "fp32"),
             "backend": ("auto", "gloo", "nccl"),
+            "tiny_grid_tokens": ("cell", "row"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -216,7 +218,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 # Per-env adjustments of a preset, applied right after it.
 ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
-    ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}),
+    # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small
+    # entropy bonus: without them the policy collapses onto its first guesses before it can read the board
+    # vertically (benchmarks/results/learning.md).
+    ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
+                                            lr=1e-3, entropy_coef=0.01, reflector="plan"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.

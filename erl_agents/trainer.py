@@ -561,10 +561,10 @@ class Trainer:
         saved = resume_state.get("memory") if resume_state is not None else None
         self.memory = ReflectionMemory.from_dict(saved) if saved is not None else ReflectionMemory()
         reflector = None
-        if cfg.reflector == "rule":
+        if cfg.reflector in ("rule", "plan"):
             from erl_envs.reflectors import RuleReflector
 
-            reflector = RuleReflector()
+            reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
         return [ReflectionWrapper(env, memory=self.memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
                                   no_memory=cfg.no_memory, no_reflection=cfg.no_reflection) for env in self.envs]
@@ -577,7 +577,10 @@ class Trainer:
         # (the reference model and resumed runs read it back from there).
         folder = Path(cfg.output) / "initial_model"
         if not (folder / "config.json").exists():
-            tokenizer = build_tiny_tokenizer(tiny_corpus(self.envs[0], seed=cfg.seed), vocab_size=cfg.tiny_vocab)
+            # Row tokens need every row the env can show in the corpus, and random play repeats rows rarely.
+            episodes = 3000 if cfg.tiny_grid_tokens == "row" else 200
+            tokenizer = build_tiny_tokenizer(tiny_corpus(self.envs[0], episodes, seed=cfg.seed), vocab_size=cfg.tiny_vocab,
+                                             grid_tokens=cfg.tiny_grid_tokens)
             model = build_tiny_model(tokenizer, cfg.tiny_hidden, cfg.tiny_layers, cfg.tiny_heads, cfg.tiny_intermediate,
                                      max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
             policy = Policy(model, tokenizer)

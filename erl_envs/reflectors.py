@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from erl_envs import prompts
-from erl_envs.actions import ACTION_NAMES, MOVES, GridAction, parse_grid_actions
+from erl_envs.actions import ACTION_NAMES, MOVES, GridAction, format_action, parse_grid_actions
 from erl_envs.grid_text import SymbolSet
 from erl_envs.sokoban_levels import LevelError, SokobanLevel
 from erl_envs.sokoban_solver import solve_sokoban
@@ -465,13 +465,11 @@ def _frozen_lake_rulebook(request: ReflectionRequest, facts: _GridFacts, symbols
     strategy = [f"- Find yourself ({s['agent']}) and the goal ({goal}), then plan the whole route before moving: "
                 f"only {s['frozen']} cells and {goal}, never {hole}."]
     if plan:
-        first = facts.boards[0]
-        start, target = facts.find(first, {s["agent"]}), facts.find(first, {goal})
-        if start is not None and target is not None:
-            route = _bfs_route(first, start, target, {s["frozen"]})
-            if route:
-                strategy.append(f"- A shortest safe route on this board, from your start at {_at(start)} to the goal "
-                                f"at {_at(target)}: {_route_words(route)}.")
+        route = _frozen_lake_plan(facts, symbols)
+        if route:
+            start, target = facts.find(facts.boards[0], {s["agent"]}), facts.find(facts.boards[0], {goal})
+            strategy.append(f"- A shortest safe route on this board, from your start at {_at(start)} to the goal "
+                            f"at {_at(target)}: {_route_words(route)}.")
     if fell and facts.end_to is not None:
         strategy.append(f"- Last time you fell into the hole at {_at(facts.end_to)}; check the cell you are about "
                         f"to enter every turn.")
@@ -512,6 +510,21 @@ def _sokoban_rulebook(request: ReflectionRequest, facts: _GridFacts, symbols: Sy
     strategy += _wasted_line(facts)
     return _wrap_rulebook("You are playing a box-pushing puzzle on a grid, one move per turn. The rules below were "
                           "learned from playing it.", rules, strategy)
+
+
+def _frozen_lake_plan(facts: _GridFacts, symbols: SymbolSet) -> list[GridAction] | None:
+    s = symbols.symbols
+    first = facts.boards[0]
+    start, target = facts.find(first, {s["agent"]}), facts.find(first, {s["goal"]})
+    if start is None or target is None:
+        return None
+    return _bfs_route(first, start, target, {s["frozen"]}) or None
+
+
+def _plan_prompt(route: Sequence[GridAction]) -> str:
+    """The plan-only reflection: the moves to send, written exactly as the env reads them, one per turn."""
+    return ("<prompt>\nA shortest solution of this board, one move per turn in this order: "
+            + " ".join(format_action(a) for a in route) + "\n</prompt>")
 
 
 def _sokoban_plan(facts: _GridFacts, symbols: SymbolSet) -> list[GridAction] | None:
@@ -630,13 +643,20 @@ class RuleReflector:
     level of the game; with ``plan=True`` the strategy also gives a shortest solution of the attempt's board,
     which the second attempt replays. Without symbols it still infers the agent from movement and reports only
     what the trace shows. QA traces get an improved search-and-answer prompt; other envs a lessons list.
+
+    ``detail="plan"`` writes only that shortest solution, as the action strings the env reads (falling back to the
+    full rulebook when the board has none): the one part of a rulebook a small model trained from scratch can use,
+    in a few dozen tokens instead of a few hundred.
     """
 
-    def __init__(self, symbols: SymbolSet | None = None, plan: bool = True):
+    def __init__(self, symbols: SymbolSet | None = None, plan: bool = True, detail: str = "full"):
         if symbols is not None and not isinstance(symbols, SymbolSet):
             raise TypeError(f"symbols must be a SymbolSet or None, got {type(symbols).__name__}")
+        if detail not in ("full", "plan"):
+            raise ValueError(f"detail must be 'full' or 'plan', got {detail!r}")
         self.symbols = symbols
         self.plan = plan
+        self.detail = detail
 
     def __call__(self, request: ReflectionRequest) -> str:
         if not isinstance(request, ReflectionRequest):
@@ -647,9 +667,15 @@ class RuleReflector:
             symbols = self.symbols or request.symbols
             facts = _analyse_grid(request, symbols)
             if facts is not None:
-                if symbols is not None and {"hole", "goal", "frozen", "agent"} <= set(symbols.symbols):
+                frozen_lake = symbols is not None and {"hole", "goal", "frozen", "agent"} <= set(symbols.symbols)
+                sokoban = symbols is not None and {"box", "wall", "target", "floor", "agent"} <= set(symbols.symbols)
+                if self.detail == "plan" and (frozen_lake or sokoban):
+                    route = _frozen_lake_plan(facts, symbols) if frozen_lake else _sokoban_plan(facts, symbols)
+                    if route:
+                        return _plan_prompt(route)
+                if frozen_lake:
                     return _frozen_lake_rulebook(request, facts, symbols, self.plan)
-                if symbols is not None and {"box", "wall", "target", "floor", "agent"} <= set(symbols.symbols):
+                if sokoban:
                     return _sokoban_rulebook(request, facts, symbols, self.plan)
                 if symbols is None:
                     return _unknown_grid_rulebook(request, facts)

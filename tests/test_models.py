@@ -32,6 +32,24 @@ def test_one_token_per_grid_cell_and_per_move(tokenizer):
         assert len(tokenizer(action, add_special_tokens=False)["input_ids"]) == 1
 
 
+def test_row_grid_tokens_give_one_token_per_row_and_still_round_trip():
+    corpus = [prompts.GRID_INSTRUCTIONS, GRID + "\nSteps remaining: 8"] * 5 + ACTIONS * 10
+    rows = build_tiny_tokenizer(corpus, vocab_size=1024, grid_tokens="row")
+    grid_ids = rows(GRID + "\n", add_special_tokens=False)["input_ids"]
+    assert len(grid_ids) == 3  # three rows, each with its newline
+    assert rows.decode(grid_ids) == GRID + "\n"
+    # A row the corpus never showed still encodes (in pieces) and decodes exactly.
+    unseen = " B \t B \t B \t B \t B \t\n"
+    assert rows.decode(rows(unseen, add_special_tokens=False)["input_ids"]) == unseen
+    for action in ACTIONS:
+        assert len(rows(action, add_special_tokens=False)["input_ids"]) == 1
+
+
+def test_unknown_grid_token_unit_is_rejected():
+    with pytest.raises(ValueError, match="grid_tokens"):
+        build_tiny_tokenizer(["x"], grid_tokens="column")
+
+
 def test_tokenizer_build_is_deterministic(tokenizer):
     again = build_tiny_tokenizer([prompts.GRID_INSTRUCTIONS, GRID + "\nSteps remaining: 8"] * 5 + ACTIONS * 10, 400)
     assert again.get_vocab() == tokenizer.get_vocab()

@@ -1,5 +1,6 @@
 """Reflectors: the trace text, grid reading, RuleReflector's rulebooks (checked claim by claim), HFReflector."""
 
+import dataclasses
 import re
 
 import gymnasium as gym
@@ -217,6 +218,34 @@ def test_frozen_lake_rulebook_with_other_symbols():
 def test_plan_can_be_switched_off():
     request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Left```"] * 3, options={"map": ["SF", "FG"], "max_steps": 3})
     assert "shortest safe route" not in rulebook_of(request, plan=False)
+
+
+@pytest.mark.parametrize("env_id", ["ERL-FrozenLake-v0", "ERL-Sokoban-v0"])
+def test_plan_detail_writes_only_a_shortest_solution_in_action_strings(env_id):
+    kwargs = {"size": 4} if env_id == "ERL-FrozenLake-v0" else {}
+    rng = np.random.default_rng(3)
+    checked = 0
+    for seed in range(20):
+        request, infos = trace_of(env_id, seed, [str(rng.choice(MOVE_REPLIES)) for _ in range(6)], **kwargs)
+        if request.success:
+            continue
+        prompt, reason = extract_prompt(RuleReflector(detail="plan")(request))
+        assert prompt is not None, reason
+        assert "<game_rules>" not in prompt and len(prompt) < 200
+        moves = re.findall(r"```(\w+)```", prompt)
+        assert len(moves) == infos[0]["optimal_steps"]
+        assert replay(env_id, seed, moves, **kwargs)["success"]
+        checked += 1
+    assert checked >= 10
+
+
+def test_plan_detail_falls_back_to_the_rulebook_when_there_is_no_plan():
+    # Without symbols the goal cannot be found, so there is nothing to plan: the same text as detail="full".
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "```Up```"], options={"map": ["SF", "FG"]})
+    blind = dataclasses.replace(request, symbols=None)
+    assert RuleReflector(detail="plan")(blind) == RuleReflector()(blind)
+    with pytest.raises(ValueError, match="detail"):
+        RuleReflector(detail="short")
 
 
 # ----------------------------------------------------------------------------- Sokoban rulebooks

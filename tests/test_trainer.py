@@ -178,10 +178,12 @@ def test_no_reflection_ablation_runs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["rlvr", "erl"])
 def test_tiny_model_improves_on_small_frozen_lake(tmp_path, algo):
-    """A short version of benchmarks/bench_learning.py: a few minutes of cpu-tiny training must beat the start."""
+    """A short, step-based version of benchmarks/bench_learning.py: 80 cpu-tiny steps (~3 quiet CPU minutes) must
+    lift held-out first-attempt success well clear of a random policy (31-38% on sizes 2-4)."""
     config = build_config({"preset": "cpu-tiny"}, flags=dict(
-        env="ERL-FrozenLake-v0", algo=algo, output=str(tmp_path / algo), steps=10_000, time_limit_min=3.0,
-        eval_every=10, eval_tasks=100, eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False))
+        env="ERL-FrozenLake-v0", algo=algo, output=str(tmp_path / algo), steps=80, time_limit_min=0.0,
+        eval_every=20, eval_tasks=100, eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False))
     metrics = Trainer(config).train()
     evals = [m["eval/success"] for m in metrics if "eval/success" in m]
-    assert max(evals[1:]) >= evals[0] + 0.05
+    assert len(evals) == 5
+    assert max(evals[1:]) >= max(0.5, evals[0] + 0.1), evals
