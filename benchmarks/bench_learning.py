@@ -45,7 +45,7 @@ def _parse_extra(items):
 
 def run(algo: str, minutes: float, seed: int, output: Path, extra: dict) -> list[dict]:
     flags = dict(env="ERL-FrozenLake-v0", algo=algo, seed=seed, output=str(output / algo), time_limit_min=minutes,
-                 steps=10_000, eval_every=10, eval_tasks=100, eval_samples=2, progress=True, checkpoint_every=0,
+                 steps=10_000, eval_every=10, eval_tasks=200, eval_samples=2, progress=True, checkpoint_every=0,
                  save_final_model=False)
     flags.update(extra)
     config = build_config({"preset": "cpu-tiny"}, flags=flags)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         f"Budget {args.minutes:g} CPU minutes per algorithm, preset cpu-tiny, seed {args.seed}, "
         f"{os.cpu_count()} cores, torch threads {__import__('torch').get_num_threads()}, "
         f"load average at start {load:.2f}, {platform.processor() or platform.machine()}. "
-        f"Held-out: 100 seeded instances x 2 samples, first attempt only. Bar: {BAR:.0%}.",
+        f"Held-out: 200 seeded instances x 2 samples, first attempt only. Bar: {BAR:.0%}.",
         "",
         *summary,
         "",
