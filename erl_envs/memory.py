@@ -23,15 +23,15 @@ import threading
 from collections import Counter
 from typing import Any
 
-__all__ = ["ReflectionMemory", "RetrievalMemory", "load_memory"]
+__all__ = ["ReflectionMemory", "RetrievalMemory", "load_memory", "utf8_safe"]
 
 _FORMAT_VERSION = 1
 _TOKEN = re.compile(r"\w+")
 
 
-def _savable(text: str) -> str:
-    # A str may hold lone surrogates (model output decoded leniently); JSON in UTF-8 cannot, so every later save()
-    # would fail. Replace them on the way in, as ReflectionWrapper does with reflections.
+def utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates replaced: a str may hold them (model output decoded leniently), UTF-8 and
+    JSON cannot, so one would break every later save of the memory or of an episode record."""
     try:
         text.encode("utf-8")
         return text
@@ -44,13 +44,13 @@ def _check_prompt(prompt: Any) -> str:
         raise TypeError(f"a memory prompt must be a str, got {type(prompt).__name__}")
     if not prompt.strip():
         raise ValueError("a memory prompt must not be empty: an empty reflection is never worth remembering")
-    return _savable(prompt)
+    return utf8_safe(prompt)
 
 
 def _check_task_text(task_text: Any) -> str | None:
     if task_text is not None and not isinstance(task_text, str):
         raise TypeError(f"task_text must be a str or None, got {type(task_text).__name__}")
-    return task_text if task_text is None else _savable(task_text)
+    return task_text if task_text is None else utf8_safe(task_text)
 
 
 def _write_json(path: str | os.PathLike, data: dict) -> None:

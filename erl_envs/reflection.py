@@ -25,6 +25,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from erl_envs import prompts, protocol
 from erl_envs.grid_text import TEXT_CHARSET, SymbolSet
+from erl_envs.memory import utf8_safe
 from erl_envs.reflectors import DEFAULT_MAX_FIELD_CHARS, ReflectionRequest, TraceStep, format_trace
 
 __all__ = [
@@ -98,16 +99,6 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", errors="replace")
     return repr(value)
-
-
-def _valid_utf8(text: str) -> str:
-    # A str can hold lone surrogates (e.g. bytes decoded with "surrogateescape"); they cannot be written as UTF-8,
-    # so they would break saving the record or the memory. Replace them rather than fail mid-episode.
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def _check_text(value: Any, what: str) -> str:
@@ -514,7 +505,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         truncated = original_chars > self.max_reflection_chars
         if truncated:
             text = text[: self.max_reflection_chars]
-        text = _valid_utf8(text)
+        text = utf8_safe(text)
         prompt, reason = extract_prompt(text)
         fallback = prompt is None
         request = self._request
