@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-__all__ = ["TrainConfig", "PRESETS", "ENV_PRESETS", "ALGOS", "build_config", "load_config_file", "config_to_dict"]
+__all__ = ["TrainConfig", "PRESETS", "ENV_PRESETS", "ALGOS", "RULES", "JOINT_RULES", "Rule", "validate_fields",
+           "build_config", "load_config_file", "config_to_dict"]
 
 ALGOS = ("rlvr", "erl")
 
@@ -30,6 +32,7 @@ class TrainConfig:
     seed: int = 0  # seeds model init, task sampling, generation; same seed on CPU -> identical metrics
     output: str = "runs/erl"  # run directory: config, metrics.jsonl, checkpoints, curves.png
     resume: bool = False  # continue from the latest checkpoint in --output
+    resume_changes: str = ""  # with --resume: fields that may differ from the run's config.json (comma-separated, or all)
     # --- the loop ---
     steps: int = 200  # training steps (one rollout batch and one update each)
     tasks_per_step: int = 64  # distinct task instances per step (paper: batch 64)
@@ -111,44 +114,183 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        choices = {
-            "algo": ALGOS,
-            "reflector": ("policy", "rule", "plan"),
-            "distill": ("imitation", "reverse_kl"),
-            "advantage": ("grpo", "dr_grpo", "raft"),
-            "single_member": ("reward", "zero"),
-            "loss_agg": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
-            "eval_set": ("auto", "paper", "seeded"),
-            "precision": ("auto", "bf16", "fp32"),
-            "backend": ("auto", "gloo", "nccl"),
-            "tiny_grid_tokens": ("cell", "row"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if self.preset and self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
-        for name in ("steps", "tasks_per_step", "n_rlvr", "n_erl", "max_new_tokens", "micro_batch_size",
-                     "ppo_epochs", "minibatches", "eval_samples", "max_seq_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 <= self.clip_low < 1 or self.clip_high < 0:
-            raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
-        if self.temperature <= 0 or self.eval_temperature <= 0 or self.reflect_temperature <= 0:
-            raise ValueError("temperatures must be positive (greedy decoding is not used for RL rollouts)")
-        for name in ("max_bad_steps", "episode_time_limit", "episode_token_limit"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
-        for name in ("max_tokens_per_micro_batch", "lora_r"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
-        for name in ("env_kwargs", "eval_env_kwargs"):
-            if not isinstance(getattr(self, name), dict):
-                raise TypeError(f"{name} must be a dict, got {type(getattr(self, name)).__name__}")
+        """Every field against its rule in ``RULES``, then the rules that tie fields together (``JOINT_RULES``)."""
+        validate_fields(self)
 
     @property
     def group_size(self) -> int:
         return self.n_erl if self.algo == "erl" else self.n_rlvr
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# What each field accepts: one rule per field, checked by ``TrainConfig.validate`` before anything runs. A new field
+# gets one line in RULES (a test fails for a field without one). ``resume`` says whether ``--resume`` may change the
+# field: "fixed" fields define what the run is (its env, algorithm, model, data, seed, batch shapes, update), so a
+# changed value is refused unless ``--resume-changes`` names it; "free" ones (bookkeeping, evaluation cadence,
+# threads, limits) change freely, and every change is recorded in config.json's history.
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A field's type, the values it allows (``check``, described by ``allowed``) and its resume class."""
+
+    kind: type  # int, float, str, bool or dict; an int is accepted where a float is expected, never the reverse
+    allowed: str = ""  # the allowed values in words, for the error message ("at least 1", "in (0, 1]")
+    check: Callable[[Any], bool] = lambda value: True
+    resume: str = "fixed"  # "fixed": --resume refuses a change (unless allowed explicitly); "free": it may change
+
+
+def _at_least(low: float, kind: type = int, resume: str = "fixed") -> Rule:
+    return Rule(kind, f"at least {low}", lambda v: v >= low, resume)
+
+
+def _off_or_more(kind: type = int, resume: str = "fixed") -> Rule:
+    return Rule(kind, "non-negative (0 turns it off)", lambda v: v >= 0, resume)
+
+
+def _positive(kind: type = float, resume: str = "fixed") -> Rule:
+    return Rule(kind, "positive", lambda v: v > 0, resume)
+
+
+def _fraction(low_open: bool, high_open: bool, resume: str = "fixed") -> Rule:
+    """A number in the unit interval, each end included or not."""
+    words = f"in {'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+    return Rule(float, words, lambda v: (v > 0 if low_open else v >= 0) and (v < 1 if high_open else v <= 1), resume)
+
+
+def _one_of(*choices: str, resume: str = "fixed") -> Rule:
+    return Rule(str, f"one of {list(choices)}", lambda v: v in choices, resume)
+
+
+def _text(resume: str = "fixed") -> Rule:
+    return Rule(str, "a non-empty string", lambda v: bool(v.strip()), resume)
+
+
+_ANY_REAL = Rule(float)
+_FLAG = Rule(bool)
+_FREE_FLAG = Rule(bool, resume="free")
+
+RULES: dict[str, Rule] = {
+    "env": _text(),
+    "env_kwargs": Rule(dict),
+    "eval_env_kwargs": Rule(dict, resume="free"),
+    "algo": _one_of(*ALGOS),
+    "model": _text(),
+    "preset": Rule(str, "empty or a preset name", lambda v: v == "" or v in PRESETS, resume="free"),
+    "seed": Rule(int, f"in [0, {2**32 - 1}]", lambda v: 0 <= v < 2**32),
+    "output": _text(resume="free"),
+    "resume": _FREE_FLAG,
+    "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
+                           lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
+                                         name.strip()), resume="free"),
+    "steps": _at_least(1, resume="free"),
+    "tasks_per_step": _at_least(1),
+    "n_rlvr": _at_least(1),
+    "n_erl": _at_least(1),
+    "reflector": _one_of("policy", "rule", "plan"),
+    "no_memory": _FLAG,
+    "no_reflection": _FLAG,
+    "gate_threshold": _ANY_REAL,
+    "memory_threshold": _ANY_REAL,
+    "distill": _one_of("imitation", "reverse_kl"),
+    "distill_coef": _off_or_more(float),
+    "temperature": _positive(),
+    "top_p": _fraction(low_open=True, high_open=False),
+    "top_k": _off_or_more(),
+    "max_new_tokens": _at_least(1),
+    "reflect_temperature": _positive(),
+    "reflect_top_p": _fraction(low_open=True, high_open=False),
+    "reflect_max_new_tokens": _at_least(1),
+    "constrained_actions": _FLAG,
+    "max_seq_len": _at_least(2),
+    "lr": _positive(),
+    "weight_decay": _off_or_more(float),
+    "adam_beta2": _fraction(low_open=False, high_open=True),
+    "warmup_steps": _off_or_more(),
+    "clip_low": _fraction(low_open=False, high_open=True),
+    "clip_high": _off_or_more(float),
+    "kl_coef": _off_or_more(float),
+    "entropy_coef": _off_or_more(float),
+    "advantage": _one_of("grpo", "dr_grpo", "raft"),
+    "single_member": _one_of("reward", "zero"),
+    "loss_agg": _one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
+    "ppo_epochs": _at_least(1),
+    "minibatches": _at_least(1),
+    "micro_batch_size": _at_least(1, resume="free"),  # gradients accumulate: the result does not depend on it
+    "max_grad_norm": _positive(),
+    "gradient_checkpointing": _FREE_FLAG,
+    "eval_every": _off_or_more(resume="free"),
+    "eval_tasks": _at_least(1, resume="free"),
+    "eval_samples": _at_least(1, resume="free"),
+    "eval_temperature": _positive(resume="free"),
+    "eval_top_p": _fraction(low_open=True, high_open=False, resume="free"),
+    "eval_top_k": _off_or_more(resume="free"),
+    "eval_set": _one_of("auto", "paper", "seeded", resume="free"),
+    "checkpoint_every": _off_or_more(resume="free"),
+    "keep_checkpoints": _off_or_more(resume="free"),
+    "save_final_model": _FREE_FLAG,
+    "device": _one_of("auto", "cpu", "cuda", resume="free"),
+    "dtype": _one_of("auto", "float32", "bfloat16", "float16"),
+    "threads": _off_or_more(resume="free"),
+    "progress": _FREE_FLAG,
+    "time_limit_min": _off_or_more(float, resume="free"),
+    "max_bad_steps": _off_or_more(resume="free"),
+    "mask_truncated": _FLAG,
+    "episode_time_limit": _off_or_more(float),
+    "episode_token_limit": _off_or_more(),
+    "precision": _one_of("auto", "bf16", "fp32"),
+    "max_tokens_per_micro_batch": _off_or_more(resume="free"),
+    "backend": _one_of("auto", "gloo", "nccl", resume="free"),
+    "lora_r": _off_or_more(),
+    "lora_alpha": _positive(),
+    "lora_targets": _text(),
+    "tiny_hidden": _at_least(1),
+    "tiny_layers": _at_least(1),
+    "tiny_heads": _at_least(1),
+    "tiny_intermediate": _at_least(1),
+    "tiny_vocab": _at_least(1),
+    "tiny_grid_tokens": _one_of("cell", "row"),
+}
+
+# Rules that tie fields together: (the fields, the check on the config, what is allowed).
+JOINT_RULES: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
+    (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden % c.tiny_heads == 0,
+     "tiny_hidden divisible by tiny_heads"),
+    (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden // max(c.tiny_heads, 1) % 2 == 0,
+     "an even head size tiny_hidden / tiny_heads (rotary embeddings rotate pairs)"),
+]
+
+
+def _type_ok(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a finite number", str: "a string", bool: "true or false", dict: "a dict"}
+
+
+def validate_fields(config: Any) -> None:
+    """Raise ``TypeError``/``ValueError`` naming the first field whose value its rule refuses, the value, and what is
+    allowed (an int where a float is expected is stored as a float)."""
+    for field_ in dataclasses.fields(config):
+        name, value = field_.name, getattr(config, field_.name)
+        rule = RULES.get(name)
+        if rule is None:
+            raise ValueError(f"the config field {name!r} has no rule in erl_agents.config.RULES")
+        if not _type_ok(value, rule.kind):
+            shown = type(value).__name__ if rule.kind is dict else repr(value)
+            raise TypeError(f"{name} must be {_TYPE_WORDS[rule.kind]}, got {shown}")
+        if not rule.check(value):
+            raise ValueError(f"{name} must be {rule.allowed}, got {value!r}")
+        if rule.kind is float and isinstance(value, int):
+            setattr(config, name, float(value))
+    for names, check, allowed in JOINT_RULES:
+        if not check(config):
+            shown = ", ".join(f"{n}={getattr(config, n)!r}" for n in names)
+            raise ValueError(f"{' and '.join(names)} must give {allowed}, got {shown}")
 
 
 # Presets are overrides of the defaults above. cpu-tiny is the embedded default job (2 CPU cores, minutes);

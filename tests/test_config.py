@@ -172,3 +172,128 @@ def test_the_command_exits_2_without_a_traceback():
     assert done.returncode == 2
     assert done.stderr == "erl-train: error: steps must be at least 1, got 0\n"
     assert "Traceback" not in done.stdout + done.stderr
+
+
+# --- one validation pass over every field (erl_agents.config.RULES) ---
+
+import dataclasses  # noqa: E402
+import math  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from erl_agents.config import JOINT_RULES, RULES  # noqa: E402
+
+FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def test_every_field_has_exactly_one_rule_and_a_resume_class():
+    assert sorted(RULES) == sorted(FIELDS), "a TrainConfig field without a rule (or a rule without a field)"
+    assert {rule.resume for rule in RULES.values()} == {"fixed", "free"}
+    for names, _, _ in JOINT_RULES:
+        assert set(names) <= set(FIELDS)
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(),
+                                                                                 max_size=2))
+
+
+def _accepted(rule, value):
+    if rule.kind is float:
+        typed = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif rule.kind is int:
+        typed = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        typed = isinstance(value, rule.kind)
+    return typed and rule.check(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(FIELDS), value=ANY_VALUE)
+def test_every_field_refuses_what_its_rule_refuses_and_names_field_and_value(name, value):
+    rule = RULES[name]
+    if _accepted(rule, value):
+        try:
+            config = TrainConfig(**{name: value})
+        except ValueError as exc:  # only a rule tying fields together may still refuse it
+            assert any(name in names for names, _, _ in JOINT_RULES), exc
+            return
+        assert getattr(config, name) == value
+        return
+    with pytest.raises((TypeError, ValueError)) as caught:
+        TrainConfig(**{name: value})
+    message = str(caught.value)
+    assert message.startswith(f"{name} must be ")
+    assert (type(value).__name__ if rule.kind is dict else repr(value)) in message
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.sampled_from(FIELDS), value=st.one_of(st.none(), st.lists(st.integers(), max_size=2),
+                                                     st.sampled_from([math.nan, math.inf, -math.inf])))
+def test_no_field_takes_none_a_list_or_a_non_finite_number(name, value):
+    with pytest.raises((TypeError, ValueError), match=f"^{name} must be"):
+        TrainConfig(**{name: value})
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from([n for n, r in RULES.items() if r.kind is int]),
+       value=st.floats(-1e6, 1e6).filter(lambda v: v != int(v)))
+def test_integer_fields_refuse_fractions(name, value):
+    with pytest.raises(TypeError, match=f"^{name} must be an integer, got {value!r}"):
+        TrainConfig(**{name: value})
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("max_grad_norm", -1.0, "positive"),
+    ("eval_tasks", 0, "at least 1"),
+    ("temperature", math.nan, "a finite number"),
+    ("lr", math.inf, "a finite number"),
+    ("lr", 0.0, "positive"),
+    ("device", "tpu", "one of ['auto', 'cpu', 'cuda']"),
+    ("top_p", 1.5, "in (0, 1]"),
+    ("eval_top_p", 0.0, "in (0, 1]"),
+    ("adam_beta2", 1.0, "in [0, 1)"),
+    ("clip_low", 1.0, "in [0, 1)"),
+    ("steps", 2.5, "an integer"),
+    ("seed", -1, "in [0, 4294967295]"),
+    ("dtype", "int8", "one of"),
+    ("warmup_steps", -3, "non-negative"),
+    ("kl_coef", -0.1, "non-negative"),
+    ("keep_checkpoints", -1, "non-negative"),
+    ("time_limit_min", -1.0, "non-negative"),
+    ("max_seq_len", 1, "at least 2"),
+    ("model", "  ", "a non-empty string"),
+    ("progress", "yes", "true or false"),
+    ("resume_changes", "lr,learning_rate", "comma-separated field names"),
+])
+def test_out_of_range_values_are_refused_with_field_value_and_what_is_allowed(name, value, allowed):
+    with pytest.raises((TypeError, ValueError)) as caught:
+        build_config(flags={name: value})
+    message = str(caught.value)
+    assert message.startswith(f"{name} must be ") and allowed in message and message.endswith(f", got {value!r}")
+
+
+def test_tiny_heads_must_divide_the_hidden_size_into_even_heads():
+    with pytest.raises(ValueError, match="tiny_hidden and tiny_heads must give tiny_hidden divisible by tiny_heads, "
+                                         "got tiny_hidden=128, tiny_heads=3"):
+        TrainConfig(tiny_heads=3)
+    with pytest.raises(ValueError, match="even head size"):
+        TrainConfig(tiny_hidden=12, tiny_heads=4)
+    assert TrainConfig(tiny_hidden=12, tiny_heads=6).tiny_heads == 6
+
+
+def test_a_yaml_fraction_for_an_integer_field_is_refused(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 2.5\n")
+    with pytest.raises(TypeError, match="steps must be an integer, got 2.5"):
+        build_config(file=path)
+    path.write_text("lr: 1\n")  # an integer where a number is expected is fine, and stored as a float
+    assert build_config(file=path).lr == 1.0 and isinstance(build_config(file=path).lr, float)
+
+
+def test_every_preset_passes_validation():
+    for preset in PRESETS:
+        for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0", "ERL-HotpotQA-v0"):
+            build_config({"preset": preset, "env": env})
