@@ -60,6 +60,7 @@ class TrainConfig:
     warmup_steps: int = 0  # linear warm-up of the learning rate
     clip_low: float = 0.2  # PPO ratio clip below 1 (paper: 0.2)
     clip_high: float = 0.28  # PPO ratio clip above 1 (paper: 0.28, "clip-higher")
+    clip_ratio_c: float = 3.0  # dual-clip: a negative advantage's loss is capped at -A * c (verl, paper: 3.0); 0 = off
     kl_coef: float = 0.001  # k3 KL to the frozen initial policy (paper: 0.001); 0 keeps no reference model
     entropy_coef: float = 0.0  # entropy bonus (paper: 0)
     advantage: str = "grpo"  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean; raft: max(r, 0)
@@ -67,6 +68,7 @@ class TrainConfig:
     loss_agg: str = "seq-mean-token-sum"  # token-mean, seq-mean-token-mean, seq-mean-token-sum (paper)
     ppo_epochs: int = 1  # passes over each rollout batch (paper: 1)
     minibatches: int = 1  # optimizer steps per epoch; >1 makes later steps off-policy, where clipping matters
+    ppo_mini_batch_size: int = 0  # tasks per optimizer step, rows in rollout order (verl; paper 64); 0 = minibatches
     micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate, the result does not depend on it
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = False
@@ -139,6 +141,14 @@ class TrainConfig:
         for name in ("max_bad_steps", "episode_time_limit", "episode_token_limit"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
+        if self.clip_ratio_c and not self.clip_ratio_c > 1:
+            raise ValueError(f"clip_ratio_c must be above 1 (or 0 for no dual-clip), got {self.clip_ratio_c}")
+        if self.ppo_mini_batch_size < 0:
+            raise ValueError(f"ppo_mini_batch_size must be non-negative (0 uses minibatches), got "
+                             f"{self.ppo_mini_batch_size}")
+        if self.ppo_mini_batch_size and self.minibatches > 1:
+            raise ValueError(f"ppo_mini_batch_size ({self.ppo_mini_batch_size} tasks) and minibatches "
+                             f"({self.minibatches}) both set the update schedule: set one, the other to 0 / 1")
         for name in ("max_tokens_per_micro_batch", "lora_r"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
@@ -202,7 +212,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_seq_len=16384,
         lr=1e-6,
         kl_coef=0.001,
+        clip_ratio_c=3.0,
         loss_agg="seq-mean-token-sum",
+        ppo_mini_batch_size=64,  # verl's schedule: RLVR's 64 x 10 rows are one step, ERL's 256 + 3F rows 1-4 steps
         micro_batch_size=4,
         gradient_checkpointing=True,
         eval_every=5,
@@ -226,6 +238,9 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
+    # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.
+    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32,
+                                                env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,
         max_seq_len=3072, steps=10, tasks_per_step=8, eval_tasks=20,
