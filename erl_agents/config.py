@@ -63,6 +63,7 @@ class TrainConfig:
     warmup_steps: int = 0  # linear warm-up of the learning rate
     clip_low: float = 0.2  # PPO ratio clip below 1 (paper: 0.2)
     clip_high: float = 0.28  # PPO ratio clip above 1 (paper: 0.28, "clip-higher")
+    clip_ratio_c: float = 3.0  # dual-clip: a negative advantage's loss is capped at -A * c (verl, paper: 3.0); 0 = off
     kl_coef: float = 0.001  # k3 KL to the frozen initial policy (paper: 0.001); 0 keeps no reference model
     entropy_coef: float = 0.0  # entropy bonus (paper: 0)
     advantage: str = "grpo"  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean; raft: max(r, 0)
@@ -70,6 +71,7 @@ class TrainConfig:
     loss_agg: str = "seq-mean-token-sum"  # token-mean, seq-mean-token-mean, seq-mean-token-sum (paper)
     ppo_epochs: int = 1  # passes over each rollout batch (paper: 1)
     minibatches: int = 1  # optimizer steps per epoch; >1 makes later steps off-policy, where clipping matters
+    ppo_mini_batch_size: int = 0  # tasks per optimizer step, rows in rollout order (verl; paper 64); 0 = minibatches
     micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate, the result does not depend on it
     max_grad_norm: float = 1.0
     gradient_checkpointing: bool = False
@@ -216,6 +218,8 @@ RULES: dict[str, Rule] = {
     "loss_agg": _one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
     "ppo_epochs": _at_least(1),
     "minibatches": _at_least(1),
+    "ppo_mini_batch_size": Rule(int, "non-negative (0 uses minibatches)", lambda v: v >= 0),
+    "clip_ratio_c": Rule(float, "0 (no dual-clip) or above 1", lambda v: v == 0 or v > 1),
     "micro_batch_size": _at_least(1, resume="free"),  # gradients accumulate: the result does not depend on it
     "max_grad_norm": _positive(),
     "gradient_checkpointing": _FREE_FLAG,
@@ -254,6 +258,8 @@ RULES: dict[str, Rule] = {
 
 # Rules that tie fields together: (the fields, the check on the config, what is allowed).
 JOINT_RULES: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
+    (("ppo_mini_batch_size", "minibatches"), lambda c: not (c.ppo_mini_batch_size and c.minibatches > 1),
+     "only one of them setting the update schedule (ppo_mini_batch_size > 0 needs minibatches = 1)"),
     (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden % c.tiny_heads == 0,
      "tiny_hidden divisible by tiny_heads"),
     (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden // max(c.tiny_heads, 1) % 2 == 0,
@@ -344,7 +350,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_seq_len=16384,
         lr=1e-6,
         kl_coef=0.001,
+        clip_ratio_c=3.0,
         loss_agg="seq-mean-token-sum",
+        ppo_mini_batch_size=64,  # verl's schedule: RLVR's 64 x 10 rows are one step, ERL's 256 + 3F rows 1-4 steps
         micro_batch_size=4,
         gradient_checkpointing=True,
         eval_every=5,
@@ -368,6 +376,9 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
+    # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.
+    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32,
+                                                env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,
         max_seq_len=3072, steps=10, tasks_per_step=8, eval_tasks=20,

@@ -95,29 +95,52 @@ def token_log_probs(
     return target_log_p, entropy
 
 
+# verl bounds the log-ratio before exp() in both the PPO ratio and the k3 term, so one token whose probability
+# collapsed cannot overflow to inf (and turn the backward pass into 0 * inf = nan); k3 itself is capped at 10.
+LOG_RATIO_BOUND = 20.0
+K3_BOUND = 10.0
+
+
 def ppo_token_loss(
     log_p: torch.Tensor,
     old_log_p: torch.Tensor,
     advantages: torch.Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    clip_ratio_c: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate per token (to minimise) and where the clip was active.
 
     ``advantages`` broadcasts against ``log_p`` (``[B, 1]`` for one advantage per sequence). Separate low/high clip
     ranges ("clip-higher", DAPO) let unlikely tokens with positive advantage grow faster than likely ones shrink.
+
+    ``clip_ratio_c`` > 1 turns on dual-clip PPO (Ye et al. 2020, verl's default 3.0): for a negative advantage the
+    loss is capped at ``-A * c``, so a token whose ratio has grown far past ``c`` in an off-policy mini-batch stops
+    pushing the update instead of dominating it; 0 turns it off. The log-ratio is bounded to +-20 first, as verl does.
     """
-    ratio = torch.exp(log_p - old_log_p)
+    if clip_ratio_c and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be above 1 (or 0 for no dual-clip), got {clip_ratio_c}")
+    ratio = torch.exp(torch.clamp(log_p - old_log_p, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
-    return loss, (clipped > unclipped)
+    active = clipped > unclipped
+    if clip_ratio_c:
+        capped = torch.minimum(loss, -advantages * clip_ratio_c)
+        negative = advantages < 0
+        active = active | (negative & (loss > capped))
+        loss = torch.where(negative, capped, loss)
+    return loss, active
 
 
 def k3_kl(log_p: torch.Tensor, ref_log_p: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimator of KL(pi || ref) per token: ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, low variance)."""
-    log_ratio = ref_log_p - log_p
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    """Schulman's k3 estimator of KL(pi || ref) per token: ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, low variance).
+
+    As in verl, the log-ratio is bounded to +-20 before exp() and the estimate to at most 10, so a token the policy
+    has made very unlikely cannot produce an inf loss or a nan gradient.
+    """
+    log_ratio = torch.clamp(ref_log_p - log_p, -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1.0, min=-K3_BOUND, max=K3_BOUND)
 
 
 def reverse_kl(

@@ -38,8 +38,8 @@ from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, lo
 from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, consolidation_copies, run_episodes
 
 __all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "assign_advantages", "zero_variance_groups",
-           "consecutive_bad_steps", "policy_update", "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus",
-           "make_env"]
+           "consecutive_bad_steps", "policy_update", "minibatch_plan", "micro_batches", "merge_rollout_rows",
+           "TokenScorer", "tiny_corpus", "make_env"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
 
@@ -280,7 +280,8 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
     log_p, entropy = token_log_probs(logits, targets, temperature, allowed)
     old_log_p = torch.cat([old[id(t)] for t in batch]).to(device) if old is not None else log_p.detach()
     advantages = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=device)[seq_of_row.to(device)]
-    token_loss, clipped = ppo_token_loss(log_p, old_log_p, advantages, config.clip_low, config.clip_high)
+    token_loss, clipped = ppo_token_loss(log_p, old_log_p, advantages, config.clip_low, config.clip_high,
+                                         config.clip_ratio_c)
     stats = {"clipped": clipped.float().sum().item(), "entropy": entropy.detach().sum().item(), "tokens": len(targets)}
 
     if ref_model is not None and config.kl_coef > 0:
@@ -343,10 +344,32 @@ def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tenso
     return out
 
 
+def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, world: World,
+                   rng: np.random.Generator | None = None, shuffle: bool = False) -> list[list[Trajectory]]:
+    """The mini-batches of one PPO epoch; each is one optimizer step.
+
+    ``ppo_mini_batch_size`` > 0 is verl's schedule, which the paper's runs used: the batch is cut, in rollout order
+    and without shuffling, into consecutive blocks of ``ppo_mini_batch_size x group_size`` rows (split over the
+    ranks, as verl divides it by the data-parallel size). RLVR's 64 tasks x 10 rows make one block; ERL's 256 first
+    attempts plus a reflection, a retry and a distilled copy per failed attempt make 1-4, the later ones off-policy.
+    Otherwise the trainable rows are cut into ``minibatches`` equal parts, shuffled when ``shuffle``. Every rank
+    gets the same number of mini-batches (some possibly empty), so their gradient all-reduces pair up.
+    """
+    if config.ppo_mini_batch_size:
+        rows = max(1, config.ppo_mini_batch_size * config.group_size // world.size)
+        count = world.max(-(-len(trajectories) // rows))
+        blocks = [trajectories[k * rows:(k + 1) * rows] for k in range(count)]
+        return [[t for t in block if t.num_model_tokens > 0] for block in blocks]
+    trainable = [t for t in trajectories if t.num_model_tokens > 0]
+    order = rng.permutation(len(trainable)) if shuffle and rng is not None else np.arange(len(trainable))
+    return [[trainable[i] for i in part] for part in np.array_split(order, config.minibatches)]
+
+
 def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
                   config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None,
                   world: World | None = None) -> dict:
-    """PPO epochs x minibatches optimizer steps over the batch, micro-batched with gradient accumulation.
+    """PPO epochs x mini-batches optimizer steps over the batch (``minibatch_plan``), micro-batched with gradient
+    accumulation.
 
     Sequences whose every token has zero loss (advantage 0, no KL or entropy term) are left out of the forward
     passes but still count in the normalisers, so skipping them changes nothing but the time taken.
@@ -359,14 +382,16 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     world = world or World()
     trainable = [t for t in trajectories if t.num_model_tokens > 0]
     stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_updates": 0,
-             "trained_tokens": 0, "reverse_kl": 0.0}
+             "trained_tokens": 0, "reverse_kl": 0.0, "optimizer_steps": 0}
     if not world.sum([len(trainable)])[0]:
         return stats
     device = next(model.parameters()).device
     precision = autocast_dtype(config.precision, device.type)
     regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
-    order = np.arange(len(trainable))
-    updates = config.ppo_epochs * config.minibatches
+    # Shuffling equal parts only matters when there is more than one optimizer step.
+    shuffle = config.ppo_epochs * config.minibatches > 1
+    plan = minibatch_plan(trajectories, config, world, rng, shuffle)
+    updates = config.ppo_epochs * len(plan)
     needed = [t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None]
     old = None
     if updates > 1 and needed:
@@ -376,10 +401,9 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     losses, norms = [], []
     model.train()
     for epoch in range(config.ppo_epochs):
-        if rng is not None and updates > 1:
-            order = rng.permutation(len(trainable))
-        for part in np.array_split(order, config.minibatches):
-            minibatch = [trainable[i] for i in part]
+        if epoch:
+            plan = minibatch_plan(trajectories, config, world, rng, shuffle)
+        for minibatch in plan:
             active = [t for t in minibatch if regularised or t.advantage != 0 or t.teacher_tokens is not None]
             num_tokens, num_seqs, num_active = world.sum(
                 [float(sum(t.num_model_tokens for t in minibatch)), float(len(minibatch)), float(len(active))])
@@ -423,6 +447,7 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                 stats["skipped_updates"] += 1
                 continue
             optimizer.step()
+            stats["optimizer_steps"] += 1
             losses.append(total)
             norms.append(float(grad_norm))
     if scheduler is not None:
@@ -766,7 +791,7 @@ class Trainer:
             return
         cfg = self.config
         bad = consecutive_bad_steps(self.metrics)
-        updates = cfg.ppo_epochs * cfg.minibatches
+        updates = skipped + row.get("optimizer_steps", 0)
         warnings.warn(f"step {self.step}: skipped {skipped} of {updates} updates for a non-finite loss or gradient "
                       f"({bad} bad step(s) in a row)", RuntimeWarning, stacklevel=2)
         if cfg.max_bad_steps and bad >= cfg.max_bad_steps:

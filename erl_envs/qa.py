@@ -1,20 +1,24 @@
-"""Question answering text: reading a model's reply (search call or final answer) and scoring the answer.
+"""Question answering text: reading a model's reply (search calls or final answer) and scoring the answer.
 
 The reward is the paper's (PAPER.md section 3): normalised exact match gives 1.0, else the token F1 when it reaches
-a threshold (0.3), else 0; a yes/no answer that does not match a yes/no gold scores 0. Normalisation is the usual
-SQuAD/HotpotQA one (lowercase, drop punctuation and the articles a/an/the, squash whitespace), extended to Unicode
-punctuation so that a curly apostrophe counts like a straight one.
+a threshold (0.3), else 0; a yes/no/noanswer answer that does not match scores 0. Normalisation is by default
+exactly the official HotpotQA ``normalize_answer`` (lowercase, delete ASCII ``string.punctuation``, drop the
+articles a/an/the, squash whitespace); ``scoring="unicode"`` also deletes Unicode punctuation (a curly apostrophe
+then counts like a straight one), an extension that changes some scores.
 
-Reply parsing never raises on text. A reply is one of: a search call (``<search>q</search>`` or a JSON tool call
-``{"name": "search", "arguments": {"query": ..., "top_k": ...}}``, bare, in ``<tool_call>`` tags or in a code
-block), a malformed call (an ordinary event the env answers with an error message), or an answer (any reply with
-no tool call; its text is read from the last ``\\boxed{...}``, else the last ``<answer>...</answer>``).
+Reply parsing never raises on text. A reply holds tool calls (``<search>q</search>``, or a JSON call
+``{"name": "search", "arguments": {"query": ..., "top_k": ...}}`` in ``<tool_call>`` tags, bare or in a code block;
+``local_search``, the reference code's tool name, is accepted as well), malformed calls (ordinary events the env
+answers with an error message), or none: then it is the final answer. ``answer_extraction="boxed"`` reads the
+answer from the last ``\\boxed{...}`` (else the last ``<answer>...</answer>``), LaTeX text wrappers removed;
+``"paper"`` reads it the way the reference code's reward function does (see ``extract_answer_paper``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import string
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -22,11 +26,16 @@ from typing import Iterable, Iterator, Literal
 
 __all__ = [
     "SEARCH_TOOL",
+    "TOOL_NAMES",
+    "SCORINGS",
+    "ANSWER_EXTRACTIONS",
     "QAReply",
     "QAScore",
     "parse_qa_reply",
+    "parse_qa_calls",
     "extract_boxed",
     "extract_answer",
+    "extract_answer_paper",
     "normalize_answer",
     "exact_match",
     "token_f1",
@@ -34,6 +43,13 @@ __all__ = [
 ]
 
 SEARCH_TOOL = "search"
+# The reference code's retriever is called "local_search" (Qwen3 emits Hermes-style <tool_call> JSON naming it).
+TOOL_NAMES = (SEARCH_TOOL, "local_search")
+SCORINGS = ("official", "unicode")
+ANSWER_EXTRACTIONS = ("boxed", "paper")
+# Tool calls read from one reply, in order; later ones are ignored (each search costs a retrieval and its text).
+MAX_CALLS_PER_REPLY = 8
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
 
 # Answers that only match exactly: partial token overlap between "yes" and "no answer" is not partial credit.
 _CLOSED_ANSWERS = frozenset({"yes", "no", "noanswer"})
@@ -45,7 +61,7 @@ _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 # Where a bare JSON tool call may start: an object whose first key names the tool or its arguments.
 _JSON_CALL_START = re.compile(r"\{\s*\"(?:name|arguments|parameters)\"\s*:")
-_NAMES_SEARCH = re.compile(r"\"name\"\s*:\s*\"" + SEARCH_TOOL + r"\"")
+_NAMES_SEARCH = re.compile(r"\"name\"\s*:\s*\"(?:local_)?search\"")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"[{}]")
 # LaTeX wrappers models put inside \boxed{}; their content is the answer.
@@ -132,8 +148,13 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer of a reply: the last ``\\boxed{}``, else the last ``<answer>`` tag, else ``None``."""
+def extract_answer(text: str, answer_extraction: str = "boxed") -> str | None:
+    """The final answer of a reply. ``"boxed"``: the last ``\\boxed{}``, else the last ``<answer>`` tag, else
+    ``None``. ``"paper"``: the reference code's reading (``extract_answer_paper``)."""
+    if answer_extraction == "paper":
+        return extract_answer_paper(text)
+    if answer_extraction != "boxed":
+        raise ValueError(f"answer_extraction must be one of {list(ANSWER_EXTRACTIONS)}, got {answer_extraction!r}")
     boxed = extract_boxed(text)
     if boxed is not None:
         return boxed
@@ -143,15 +164,108 @@ def extract_answer(text: str) -> str | None:
     return None
 
 
+# The reference reward function's fallbacks for a reply without a box, in its order of preference.
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_PAPER_FALLBACKS = (
+    ("emphasis", [re.compile(r"\*\*([^*]+)\*\*"), re.compile(r"\*([^*]+)\*")]),
+    ("date", [re.compile(rf"\b(?:{_MONTHS})\s+\d{{1,2}},?\s+\d{{4}}\b", re.IGNORECASE),
+              re.compile(r"\b\d{1,2}[/-]\d{1,2}[/-]\d{4}\b", re.IGNORECASE),
+              # "month year" starts at March in the reference (January and February are not matched there)
+              re.compile(rf"\b(?:{_MONTHS.split('|', 2)[2]})\s+\d{{4}}\b", re.IGNORECASE),
+              re.compile(r"\b\d{4}\b")]),
+    ("name", [re.compile(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)+\b")]),
+    ("number", [re.compile(r"\b(\d+(?:,\d{3})*(?:\.\d+)?)\s*(?:votes?|dollars?|years?|months?|days?|people|million"
+                           r"|billion|percent|%)\b"),
+                re.compile(r"\b(\d+(?:,\d{3})*(?:\.\d+)?)\b")]),
+)
+_NOT_NAMES = frozenset({"United States", "New York", "Los Angeles", "Great Britain", "Middle East", "South Africa"})
+_ANSWER_PHRASES = [re.compile(p, re.IGNORECASE | re.MULTILINE) for p in (
+    r"(?:the\s+)?(?:correct\s+)?answer\s+is\s*:?\s*([^.!?]+)",
+    r"(?:therefore|thus|so|hence)\s*,?\s*([^.!?]+)",
+    r"(?:in\s+conclusion|to\s+summarize|in\s+summary)\s*,?\s*([^.!?]+)",
+    r"(?:^|\.\s+)([A-Z][^.!?]*(?:was|is|are|were)\s+[^.!?]+)",
+    r"(?:the\s+answer\s+would\s+be|it\s+(?:is|was))\s*:?\s*([^.!?]+)",
+)]
+
+
+def _first_box_literal(text: str) -> str | None:
+    """The content of the first ``boxed{`` when its braces balance, LaTeX and all; None otherwise."""
+    start = text.find("boxed{")
+    if start < 0:
+        return None
+    opening = start + len("boxed")
+    end = _closing_braces(text, opening).get(opening)
+    return None if end is None else text[opening + 1:end]
+
+
+def _sentence_score(sentence: str) -> int:
+    return (3 * bool(re.search(r"\b\d{4}\b", sentence))
+            + 2 * bool(re.search(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)+\b", sentence))
+            + bool(re.search(r"\b(?:was|is|are|were)\b", sentence, re.IGNORECASE))
+            + (len(sentence.split()) < 15))
+
+
+def extract_answer_paper(text: str) -> str:
+    """The answer as the reference code's HotpotQA reward function reads a reply (``answer_extraction="paper"``).
+
+    ``<think>`` blocks are dropped and whitespace squashed. The *first* ``boxed{...}`` wins when its braces balance,
+    taken literally (``\\boxed{\\text{Paris}}`` is scored as ``\\text{Paris}``, which normalises to
+    ``textparis``). A reply without one is still read, by fallbacks in this order: the first emphasised
+    (``**...**``, then ``*...*``) span of 3+ characters with a letter or digit; the first date (month day year,
+    d/m/yyyy, month year, any 4-digit number); the first run of 2-4 capitalised words that is not a common place
+    name; the first number (with a unit, then any); the text after "the answer is", "therefore", "in conclusion",
+    a declarative "X is/was ...", or "it is/was" (kept when longer than 3 characters); the sentence scoring highest
+    for a year, a capitalised name, a copula and brevity; the first sentence over 5 characters; the first 100
+    characters. Only an empty reply gives ``""``.
+    """
+    text = " ".join(_THINK_BLOCK.sub("", text.strip()).split())
+    if not text:
+        return ""
+    boxed = _first_box_literal(text)
+    if boxed is not None:
+        return boxed.strip()
+    for kind, patterns in _PAPER_FALLBACKS:
+        for pattern in patterns:
+            found = pattern.findall(text)
+            if kind == "emphasis":
+                found = [m.strip() for m in found if len(m.strip()) > 2 and re.search(r"\w", m)]
+            elif kind == "name":
+                found = [m for m in found if m not in _NOT_NAMES and len(m.split()) <= 4]
+            if found:
+                return found[0]
+    for pattern in _ANSWER_PHRASES:
+        match = pattern.search(text)
+        if match:
+            answer = re.sub(r"^\W+|\W+$", "", match.group(1).strip())
+            if len(answer) > 3:
+                return answer
+    sentences = [part.strip() for part in re.split(r"[.!?]+", text)]
+    informative = [s for s in sentences if len(s) > 10]
+    if informative:
+        best = max(informative, key=_sentence_score)  # max keeps the first of equal scores
+        if _sentence_score(best) > 0:
+            return best
+    substantial = [s for s in sentences if len(s) > 5]
+    return substantial[0] if substantial else text[:100].strip()
+
+
+def _tool_calls_from_object(obj: object) -> list[QAReply] | None:
+    """QAReplies for a decoded JSON tool call (or a list of them), or None when the object is not a tool call."""
+    if isinstance(obj, list) and obj:  # some chat templates emit a list of calls: each one runs
+        calls = [_tool_call_from_object(item) for item in obj[:MAX_CALLS_PER_REPLY]]
+        return None if calls[0] is None else [c or _NOT_A_CALL for c in calls]
+    call = _tool_call_from_object(obj)
+    return None if call is None else [call]
+
+
 def _tool_call_from_object(obj: object) -> QAReply | None:
-    """A QAReply for a decoded JSON tool call, or None when the object is not a tool call at all."""
-    if isinstance(obj, list) and obj:  # some chat templates emit a list of calls; we run the first
-        obj = obj[0]
     if not isinstance(obj, dict) or not ({"name", "arguments", "parameters"} & obj.keys()):
         return None
     name = obj.get("name")
-    if name != SEARCH_TOOL:
-        return QAReply("invalid", error=f"unknown tool {name!r}; the only tool is {SEARCH_TOOL!r}")
+    if name not in TOOL_NAMES:
+        return QAReply("invalid", error=f"unknown tool {name!r}; the only tool is {SEARCH_TOOL!r} "
+                                        f"(also called {TOOL_NAMES[1]!r})")
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # OpenAI-style calls carry the arguments as a JSON string
         try:
@@ -163,6 +277,8 @@ def _tool_call_from_object(obj: object) -> QAReply | None:
     query = args.get("query")
     if not isinstance(query, str):
         return QAReply("invalid", error="the search call needs a \"query\" string")
+    if not query.strip():
+        return QAReply("invalid", error="the search query is empty")
     top_k = args.get("top_k")
     if top_k is not None:
         try:
@@ -170,6 +286,9 @@ def _tool_call_from_object(obj: object) -> QAReply | None:
         except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 decodes to inf
             return QAReply("invalid", error=f"top_k must be a whole number, got {top_k!r}")
     return QAReply("search", query=query, top_k=top_k)
+
+
+_NOT_A_CALL = QAReply("invalid", error='a tool call must look like {"name": "search", "arguments": {"query": "..."}}')
 
 
 def _json_problem(exc: Exception) -> str:
@@ -181,7 +300,7 @@ def _json_problem(exc: Exception) -> str:
     return "a number is too long"
 
 
-def _decode_tagged_call(body: str) -> QAReply:
+def _decode_tagged_call(body: str) -> list[QAReply]:
     """A ``<tool_call>`` body: the tag says a call was meant, so anything unreadable is an invalid call."""
     body = body.strip()
     fence = re.match(r"```(?:json)?\s*(.*?)\s*```$", body, re.DOTALL)
@@ -190,85 +309,111 @@ def _decode_tagged_call(body: str) -> QAReply:
     try:
         obj, _ = json.JSONDecoder().raw_decode(body)
     except (ValueError, RecursionError) as exc:
-        return QAReply("invalid", error=f"the tool call is not valid JSON ({_json_problem(exc)})")
-    reply = _tool_call_from_object(obj)
-    if reply is None:
-        return QAReply("invalid", error='the tool call must look like {"name": "search", "arguments": '
-                                        '{"query": "..."}}')
-    return reply
+        return [QAReply("invalid", error=f"the tool call is not valid JSON ({_json_problem(exc)})")]
+    return _tool_calls_from_object(obj) or [_NOT_A_CALL]
 
 
-def _find_bare_call(text: str) -> tuple[int, QAReply] | None:
-    """The first JSON tool call written without tags, with its position."""
+def _find_bare_calls(text: str) -> list[tuple[int, list[QAReply]]]:
+    """The JSON tool calls written without tags, with their positions."""
     decoder = json.JSONDecoder()
+    found, position = [], 0
     for count, match in enumerate(_JSON_CALL_START.finditer(text)):
-        if count >= _MAX_JSON_CANDIDATES:
+        if count >= _MAX_JSON_CANDIDATES or len(found) >= MAX_CALLS_PER_REPLY:
             break
+        if match.start() < position:  # inside a call already read (its "arguments" object)
+            continue
+        start = match.start()
+        # A list of calls starts at its "[" (only spaces between it and the first object).
+        bracket = text.rfind("[", 0, start)
+        if bracket >= 0 and not text[bracket + 1:start].strip():
+            start = bracket
         try:
-            obj, _ = decoder.raw_decode(text, match.start())
+            obj, end = decoder.raw_decode(text, start)
         except (ValueError, RecursionError) as exc:
             # A span that starts like a call to our tool but does not decode is a broken call, not prose.
             if _NAMES_SEARCH.search(text, match.start(), match.start() + 200):
                 problem = _json_problem(exc)
-                return match.start(), QAReply("invalid", error=f"the tool call is not valid JSON ({problem})")
+                found.append((start, [QAReply("invalid", error=f"the tool call is not valid JSON ({problem})")]))
+                break  # the rest of the reply cannot be told apart from the broken call
             continue
-        reply = _tool_call_from_object(obj)
-        if reply is not None:
-            return match.start(), reply
-    return None
+        calls = _tool_calls_from_object(obj)
+        if calls is not None:
+            found.append((start, calls))
+            position = end
+    return found
 
 
 def _find_calls(text: str) -> list[tuple[int, QAReply]]:
-    calls = []
-    tag = next(_tag_bodies(text, _SEARCH_OPEN, _SEARCH_CLOSE), None)
-    if tag:
-        calls.append((tag[0], QAReply("search", query=tag[1])))
-    else:
-        unclosed = _SEARCH_OPEN.search(text)
-        if unclosed:
-            calls.append((unclosed.start(), QAReply("invalid", error="the <search> tag is not closed by </search>")))
-    tool = _TOOL_CALL_TAG.search(text)
-    if tool:
-        calls.append((tool.start(), _decode_tagged_call(tool.group(1))))
-    else:
-        bare = _find_bare_call(text)
-        if bare:
-            calls.append(bare)
-    return calls
+    """Every tool call of a reply with its position: ``<search>`` tags, then ``<tool_call>`` tags or, when there
+    are none, bare JSON calls."""
+    calls: list[tuple[int, QAReply]] = []
+    for count, (start, body) in enumerate(_tag_bodies(text, _SEARCH_OPEN, _SEARCH_CLOSE)):
+        if count >= MAX_CALLS_PER_REPLY:
+            break
+        calls.append((start, QAReply("search", query=body) if body.strip()
+                       else QAReply("invalid", error="the search query is empty")))
+    last_closed = max((start for start, _ in calls), default=-1)
+    unclosed = [m for m in _SEARCH_OPEN.finditer(text, last_closed + 1)][-1:] if _SEARCH_OPEN.search(text) else []
+    for m in unclosed:
+        if not _SEARCH_CLOSE.search(text, m.end()):
+            calls.append((m.start(), QAReply("invalid", error="the <search> tag is not closed by </search>")))
+    tagged = False
+    for count, match in enumerate(_TOOL_CALL_TAG.finditer(text)):
+        if count >= MAX_CALLS_PER_REPLY:
+            break
+        tagged = True
+        calls.extend((match.start() + k, call) for k, call in enumerate(_decode_tagged_call(match.group(1))))
+    if not tagged:
+        for start, found in _find_bare_calls(text):
+            calls.extend((start + k, call) for k, call in enumerate(found))
+    calls.sort(key=lambda call: call[0])
+    return calls[:MAX_CALLS_PER_REPLY]
 
 
-def parse_qa_reply(text: str) -> QAReply:
-    """Read one reply. The first tool call wins (one search per turn); a reply with no tool call is an answer."""
+def parse_qa_calls(text: str, answer_extraction: str = "boxed") -> list[QAReply]:
+    """Read one reply: its tool calls in order (searches and unreadable calls, at most ``MAX_CALLS_PER_REPLY``),
+    or, when it has none, a one-element list with the answer."""
     if not isinstance(text, str):
         raise TypeError(f"a reply must be a str, got {type(text).__name__}")
     calls = _find_calls(text)
-    if not calls:
-        return QAReply("answer", answer=extract_answer(text))
-    reply = min(calls, key=lambda call: call[0])[1]
-    if reply.kind == "search" and not reply.query.strip():
-        return QAReply("invalid", error="the search query is empty")
-    return reply
+    if calls:
+        return [call for _, call in calls]
+    return [QAReply("answer", answer=extract_answer(text, answer_extraction))]
+
+
+def parse_qa_reply(text: str, answer_extraction: str = "boxed") -> QAReply:
+    """The first tool call of a reply, or its answer when it has none (see ``parse_qa_calls`` for all calls)."""
+    return parse_qa_calls(text, answer_extraction)[0]
 
 
 # --------------------------------------------------------------------------------------------- scoring
 
 
-def normalize_answer(text: str) -> str:
-    """Lowercase, drop punctuation and articles, squash whitespace: 'The  Beatles!' -> 'beatles'."""
+def normalize_answer(text: str, scoring: str = "official") -> str:
+    """Lowercase, delete punctuation, drop articles, squash whitespace: 'The  Beatles!' -> 'beatles'.
+
+    ``"official"`` is the HotpotQA/SQuAD definition: the punctuation deleted is ASCII ``string.punctuation``
+    (so "$10.5 million" and "10.5 million" match), deleted rather than replaced by a space ("u.s." -> "us").
+    ``"unicode"`` also deletes every Unicode punctuation character (curly quotes, dashes, "…").
+    """
     text = text.lower()
-    # Deleted, not replaced by a space, as in SQuAD: "u.s." -> "us".
-    text = "".join(c for c in text if not unicodedata.category(c).startswith("P"))
+    if scoring == "official":
+        text = "".join(c for c in text if c not in _ASCII_PUNCTUATION)
+    elif scoring == "unicode":
+        text = "".join(c for c in text if c not in _ASCII_PUNCTUATION and not unicodedata.category(c).startswith("P"))
+    else:
+        raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
 
 
-def exact_match(prediction: str, gold: str) -> bool:
-    return normalize_answer(prediction) == normalize_answer(gold)
+def exact_match(prediction: str, gold: str, scoring: str = "official") -> bool:
+    return normalize_answer(prediction, scoring) == normalize_answer(gold, scoring)
 
 
-def token_f1(prediction: str, gold: str) -> float:
+def token_f1(prediction: str, gold: str, scoring: str = "official") -> float:
     """Token-level F1 of the normalised strings; 0 when either side is yes/no/noanswer and they differ."""
-    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    pred, ref = normalize_answer(prediction, scoring), normalize_answer(gold, scoring)
     if (pred in _CLOSED_ANSWERS or ref in _CLOSED_ANSWERS) and pred != ref:
         return 0.0
     pred_tokens, ref_tokens = pred.split(), ref.split()
@@ -281,15 +426,16 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def qa_reward(prediction: str | None, golds: str | Iterable[str], f1_threshold: float = 0.3) -> QAScore:
+def qa_reward(prediction: str | None, golds: str | Iterable[str], f1_threshold: float = 0.3,
+              scoring: str = "official") -> QAScore:
     """Score an answer against one or more gold answers (the best gold counts). No answer scores 0."""
     golds = [golds] if isinstance(golds, str) else list(golds)
     if not golds:
         raise ValueError("qa_reward needs at least one gold answer")
     if prediction is None:
         return QAScore(em=False, f1=0.0, reward=0.0)
-    em = any(exact_match(prediction, g) for g in golds)
-    f1 = max(token_f1(prediction, g) for g in golds)
+    em = any(exact_match(prediction, g, scoring) for g in golds)
+    f1 = max(token_f1(prediction, g, scoring) for g in golds)
     if em:
         return QAScore(em=True, f1=f1, reward=1.0)
     return QAScore(em=False, f1=f1, reward=f1 if f1 >= f1_threshold else 0.0)

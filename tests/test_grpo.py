@@ -74,6 +74,39 @@ def test_k3_kl_matches_the_formula_and_is_zero_at_equality():
     assert k3_kl(log_p, ref).tolist() == pytest.approx([0.5 - math.log(0.5) - 1.0, 0.0], abs=1e-6)
 
 
+def test_dual_clip_caps_the_loss_of_negative_advantages_by_hand():
+    # Clip 0.2 / 0.28, c = 3. Per token: PPO's max(-A r, -A clip(r)), then for A < 0 at most -A c.
+    ratios = torch.tensor([4.0, 2.0, 0.5, 4.0, 10.0])
+    adv = torch.tensor([-1.0, -1.0, -2.0, 1.0, -0.5])
+    loss, active = ppo_token_loss(torch.log(ratios), torch.zeros(5), adv, 0.2, 0.28, clip_ratio_c=3.0)
+    # r=4, A=-1: max(4, 1.28) = 4, capped at 3.  r=2, A=-1: max(2, 1.28) = 2 < 3.  r=0.5, A=-2: max(1, 1.6) = 1.6.
+    # r=4, A=+1: max(-4, -1.28) = -1.28, no dual clip for A > 0.  r=10, A=-0.5: max(5, 0.64) = 5, capped at 1.5.
+    assert loss.tolist() == pytest.approx([3.0, 2.0, 1.6, -1.28, 1.5], abs=1e-6)
+    assert active.tolist() == [True, False, True, True, True]
+    plain, _ = ppo_token_loss(torch.log(ratios), torch.zeros(5), adv, 0.2, 0.28, clip_ratio_c=0.0)
+    assert plain.tolist() == pytest.approx([4.0, 2.0, 1.6, -1.28, 5.0], abs=1e-6)
+    # A capped token carries no gradient: it can no longer dominate an off-policy mini-batch.
+    log_r = torch.log(ratios).requires_grad_()
+    ppo_token_loss(log_r, torch.zeros(5), adv, 0.2, 0.28, clip_ratio_c=3.0)[0].sum().backward()
+    assert log_r.grad.tolist() == pytest.approx([0.0, 2.0, 0.0, 0.0, 0.0], abs=1e-6)
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        ppo_token_loss(torch.zeros(1), torch.zeros(1), torch.ones(1), clip_ratio_c=0.5)
+
+
+def test_k3_kl_and_the_ratio_are_clamped_like_verl():
+    # ref - logp = 30 is bounded to 20 before exp(), and k3 to at most 10: finite value, finite (zero) gradient.
+    log_p = torch.tensor([-30.0, 0.0], requires_grad=True)
+    kl = k3_kl(log_p, torch.tensor([0.0, math.log(0.5)]))
+    assert kl.tolist() == pytest.approx([10.0, 0.5 - math.log(0.5) - 1.0], abs=1e-6)
+    kl.sum().backward()
+    assert torch.isfinite(log_p.grad).all()
+    # A log-ratio of 200 would overflow exp() in float32; bounded to 20 it stays finite.
+    loss, _ = ppo_token_loss(torch.tensor([200.0]), torch.zeros(1), torch.ones(1), clip_ratio_c=3.0)
+    assert loss.tolist() == pytest.approx([-1.28])
+    loss, _ = ppo_token_loss(torch.tensor([200.0]), torch.zeros(1), -torch.ones(1), clip_ratio_c=0.0)
+    assert loss.item() == pytest.approx(math.exp(20.0), rel=1e-5)
+
+
 def test_token_log_probs_with_temperature_and_allowed_sets():
     logits = torch.tensor([[2.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
     targets = torch.tensor([0, 1])

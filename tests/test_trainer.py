@@ -8,7 +8,8 @@ import torch
 from erl_agents.config import build_config
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
-from erl_agents.trainer import Trainer, _micro_batch_loss, assign_advantages, policy_update
+from erl_agents.distributed import World
+from erl_agents.trainer import Trainer, _micro_batch_loss, assign_advantages, minibatch_plan, policy_update
 from text_bandit import TextBanditEnv
 
 TIME_KEYS = ("time/", "lr")
@@ -187,3 +188,55 @@ def test_tiny_model_improves_on_small_frozen_lake(tmp_path, algo):
     evals = [m["eval/success"] for m in metrics if "eval/success" in m]
     assert len(evals) == 5
     assert max(evals[1:]) >= max(0.5, evals[0] + 0.1), evals
+
+
+def _rows(roles_and_tasks, length=6, vocab=40, seed=0):
+    """Scripted trajectories of ``length`` tokens, the last two the model's: the update's cost, not the rollout's."""
+    from erl_agents.rollout import Trajectory
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for k, (role, task) in enumerate(roles_and_tasks):
+        tokens = torch.randint(3, vocab, (length,), generator=g).tolist()
+        rows.append(Trajectory(role=role, task=task, episode=k, tokens=tokens, mask=[0] * (length - 2) + [1, 1],
+                               logprobs=[0.0] * (length - 2) + [-1.0, -1.0], constraints=[-1] * length,
+                               prompt_len=length - 2, system_prompt="", first_observation="",
+                               reward=float(k % 2)))
+    return rows
+
+
+def test_paper_schedule_rlvr_one_step_erl_several_at_paper_batch_shapes():
+    corpus = ["a b c d e f g h"] * 4
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=300)
+    policy = Policy(build_tiny_model(tokenizer, 16, 1, 2, 32, seed=0), tokenizer)
+    flags = dict(model="tiny", device="cpu", dtype="float32", output="unused", micro_batch_size=1024,
+                 gradient_checkpointing=False, kl_coef=0.0)
+    steps = {}
+    for algo in ("rlvr", "erl"):
+        config = build_config({"preset": "paper-qwen3-4b"}, flags=dict(flags, algo=algo))
+        assert (config.ppo_mini_batch_size, config.tasks_per_step, config.clip_ratio_c) == (64, 64, 3.0)
+        if algo == "rlvr":  # 64 tasks x 10 first attempts
+            layout = [("attempt1", task) for task in range(64) for _ in range(10)]
+        else:  # 64 tasks x 4 first attempts; 100 of them failed: + a reflection, a retry and a distilled copy each
+            layout = [("attempt1", task) for task in range(64) for _ in range(4)]
+            layout += [(role, k % 64) for k in range(100) for role in ("reflection", "attempt2")]
+            layout += [("distilled", k % 64) for k in range(100)]
+        rows = _rows(layout)
+        assign_advantages(rows, config)
+        plan = minibatch_plan(rows, config, World())
+        # verl's split: consecutive blocks of 64 tasks x n rows, in rollout order, no shuffle.
+        block = 64 * config.group_size
+        assert [len(p) for p in plan] == [min(block, len(rows) - i) for i in range(0, len(rows), block)]
+        assert [t for p in plan for t in p] == rows
+        optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-6)
+        stats = policy_update(policy.model, optimizer, None, rows, ConstraintTable(), config,
+                              tokenizer.pad_token_id)
+        steps[algo] = stats["optimizer_steps"]
+    assert steps == {"rlvr": 1, "erl": 3}  # 640 rows = 1 x 640; 556 rows = 256 + 256 + 44
+
+
+def test_mini_batch_schedule_and_minibatches_cannot_both_be_set():
+    with pytest.raises(ValueError, match="ppo_mini_batch_size"):
+        _config(ppo_mini_batch_size=8, minibatches=2)
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        _config(clip_ratio_c=1.0)
