@@ -112,15 +112,16 @@ def test_unseeded_resets_continue_the_stream():
 # ----------------------------------------------------------------------------- the generator
 
 
-def test_generator_guarantees_a_short_path_for_every_size():
+@pytest.mark.parametrize("generator, longest", [("paper", 6), ("feasible", 8)])
+def test_generator_guarantees_a_short_path_for_every_size(generator, longest):
     rng = np.random.default_rng(0)
     for n in range(2, 10):
         for _ in range(150):
-            rows = generate_frozen_lake(rng, size=n)
+            rows = generate_frozen_lake(rng, size=n, generator=generator)
             assert len(rows) == n and all(len(r) == n for r in rows)
             validate_map(rows)
             length = shortest_path_length(rows)
-            assert length is not None and 1 <= length <= 8
+            assert length is not None and 1 <= length <= longest
 
 
 def test_generator_respects_other_budgets_and_extreme_p():
@@ -128,11 +129,12 @@ def test_generator_respects_other_budgets_and_extreme_p():
     for budget in (1, 2, 3):
         for p in (0.0, 0.3, 1.0):
             for n in (2, 5, 9):
-                rows = generate_frozen_lake(rng, size=n, p=p, max_steps=budget)
+                rows = generate_frozen_lake(rng, size=n, p=p, max_steps=budget, generator="feasible")
                 assert shortest_path_length(rows) <= budget
     # With p = 0 every cell but start and goal is a hole.
-    rows = generate_frozen_lake(rng, size=6, p=0.0)
-    assert "".join(rows).count("F") == 0 and shortest_path_length(rows) == 1
+    for generator in ("paper", "feasible"):
+        rows = generate_frozen_lake(rng, size=6, p=0.0, generator=generator)
+        assert "".join(rows).count("F") == 0 and shortest_path_length(rows) == 1
     # With p = 1 there are no holes.
     assert "H" not in "".join(generate_frozen_lake(rng, size=6, p=1.0))
 
@@ -140,7 +142,7 @@ def test_generator_respects_other_budgets_and_extreme_p():
 def test_generator_carves_a_path_when_tries_run_out():
     rng = np.random.default_rng(2)
     for _ in range(50):
-        rows = generate_frozen_lake(rng, size=9, p=0.0, max_steps=8, max_tries=1)
+        rows = generate_frozen_lake(rng, size=9, p=0.0, max_steps=8, max_tries=1, generator="feasible")
         length = shortest_path_length(rows)
         assert length is not None and length <= 8
 
@@ -171,7 +173,8 @@ def test_reported_shortest_path_matches_an_independent_search():
         info = env.reset()[1]
         assert info["optimal_steps"] == shortest_path_length(env.map_rows)
     # Paths carved after every try failed, and maps too big for the table of start/goal pairs.
-    for env in (FrozenLakeTextEnv(size=9, p=0.0), FrozenLakeTextEnv(size=40, p=0.7, max_steps=30)):
+    for env in (FrozenLakeTextEnv(size=9, p=0.0, generator="feasible"),
+                FrozenLakeTextEnv(size=40, p=0.7, max_steps=30, generator="feasible"), FrozenLakeTextEnv(size=40)):
         for seed in range(5):
             info = env.reset(seed=seed)[1]
             assert info["optimal_steps"] == shortest_path_length(env.map_rows)
@@ -198,6 +201,7 @@ def test_generator_is_deterministic_given_the_rng():
         ({"p": "high"}, TypeError, "p"),
         ({"max_steps": 0}, ValueError, "max_steps"),
         ({"max_tries": 0}, ValueError, "max_tries"),
+        ({"generator": "bfs"}, ValueError, "generator"),
     ],
 )
 def test_generator_rejects_impossible_parameters(kwargs, error, match):
@@ -352,9 +356,13 @@ def test_task_id_is_stable_and_symbol_independent():
 
 
 def test_option_size_p_and_budget_shape_the_level():
-    env = FrozenLakeTextEnv()
+    # The feasible generator fits the map to this episode's budget; the paper's ignores the budget.
+    env = FrozenLakeTextEnv(generator="feasible")
     _, info = env.reset(seed=0, options={"size": 9, "p": 0.95, "max_steps": 3})
     assert info["size"] == 9 and info["p"] == 0.95 and info["steps_left"] == 3 and info["optimal_steps"] <= 3
+    env = FrozenLakeTextEnv()
+    _, info = env.reset(seed=0, options={"size": 9, "p": 0.95, "max_steps": 3})
+    assert info["steps_left"] == 3 and info["optimal_steps"] <= 6
     _, info = env.reset(seed=0, options={"size": (2, 3)})
     assert info["size"] in (2, 3)
     env = FrozenLakeTextEnv(size=12, p=0.8)
@@ -457,3 +465,76 @@ def test_render_without_mode_warns_and_returns_none():
     env.reset(seed=0)
     with pytest.warns(UserWarning, match="render_mode"):
         assert env.render() is None
+
+
+# ----------------------------------------------------------------------------- the paper's generator
+
+
+@pytest.mark.parametrize("fixture", ["frozenlake_test_maps.jsonl", "frozenlake_generator_check.jsonl"])
+def test_paper_generator_reproduces_the_reference_maps(paper_tasks, fixture):
+    """Every (seed, size, p) row gives exactly the map the reference code's generator made of it."""
+    import json
+
+    rows = [json.loads(line) for line in (paper_tasks / fixture).read_text().splitlines() if line.strip()]
+    assert len(rows) in (100, 1000)
+    env = FrozenLakeTextEnv()
+    wrong = []
+    for row in rows:
+        env.reset(seed=row["seed"], options={"size": row["size"], "p": row["p"]})
+        if env.map_rows != row["map"]:
+            wrong.append(row["index"])
+        assert env.map_rows == generate_frozen_lake(
+            np.random.default_rng(np.random.SeedSequence(row["seed"])), size=row["size"], p=row["p"])
+    assert wrong == [], f"{len(wrong)} of {len(rows)} maps differ from the reference's, e.g. rows {wrong[:5]}"
+
+
+def test_paper_search_is_depth_first_not_shortest_path():
+    """The reference accepts a board when its depth-limited DFS finds the goal, which is not "goal within 6 moves".
+
+    In this 7x1 strip the goal is 6 moves away and the only path is straight, so it is accepted; at 7 moves it
+    is not, although the feasible generator (budget 8) would take both.
+    """
+    from erl_envs.frozen_lake import _paper_search_accepts
+
+    for length, accepted in ((6, True), (7, False)):
+        n = length + 1
+        rows = ["S" + "F" * (length - 1) + "G"] + ["H" * n] * (n - 1)
+        flat = "".join(rows).encode()
+        assert _paper_search_accepts(flat, n, 0, length) is accepted
+    # A DFS marks a cell at the depth it first pops it at: here the right-first detour reaches the cell above the
+    # goal after 5 moves, marks it, and never expands it from the 1-move route, so the 2-move goal is missed...
+    # ...unless the goal is adjacent to a cell popped early enough. Check agreement with a literal re-statement.
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(2, 8))
+        rows = generate_frozen_lake(rng, size=n, p=0.7, generator="feasible")
+        flat = "".join(rows).encode()
+        assert _paper_search_accepts(flat, n, flat.index(b"S"), flat.index(b"G")) == _literal_dfs(rows)
+
+
+def _literal_dfs(rows):
+    n = len(rows)
+    start = next((r, c) for r in range(n) for c in range(n) if rows[r][c] == "S")
+    stack, seen = [(start[0], start[1], 0)], set()
+    while stack:
+        r, c, moves = stack.pop()
+        if moves > 5 or (r, c) in seen:
+            continue
+        seen.add((r, c))
+        for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n:
+                if rows[nr][nc] == "G":
+                    return True
+                if rows[nr][nc] != "H":
+                    stack.append((nr, nc, moves + 1))
+    return False
+
+
+def test_feasible_generator_stays_available():
+    env = FrozenLakeTextEnv(generator="feasible")
+    lengths = [env.reset(seed=s)[1]["optimal_steps"] for s in range(300)]
+    assert max(lengths) > 6 and max(lengths) <= 8
+    paper = FrozenLakeTextEnv()
+    assert max(paper.reset(seed=s)[1]["optimal_steps"] for s in range(300)) <= 6
+    with pytest.raises(ValueError, match="generator"):
+        FrozenLakeTextEnv(generator="mine")
