@@ -438,10 +438,12 @@ class FrozenLakeTextEnv(GridTextEnv):
     usual ones and reveals no rules: the model has to work out what the letters mean by playing.
 
     ## Action Space
-    ``Text``: the agent's whole reply. The last triple-backtick block (else an ``<answer>`` tag, else the whole
-    reply) must hold one move: ``Up``, ``Down``, ``Left`` or ``Right`` (any case), or a digit 1-4 in that order;
-    ``self.valid_actions`` lists the canonical replies. With ``max_actions_per_turn=k`` a block may hold up to k
-    moves, applied in order. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
+    ``Text``: the agent's whole reply. ``action_format="paper"`` (default, the reference code's rule): the last
+    triple-backtick block, stripped and lower-cased, must be exactly ``up``, ``down``, ``left`` or ``right``, or a
+    number 1-4 read as 1 Left, 2 Down, 3 Right, 4 Up. ``action_format="lenient"`` (ours): also an ``<answer>``
+    tag or the bare reply, aliases, and with ``max_actions_per_turn=k`` up to k moves per reply, digits 1-4 in
+    Up/Down/Left/Right order (see ``erl_envs.actions``). ``self.valid_actions`` lists the canonical replies,
+    valid in both. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
 
     ## Observation Space
     ``Text``: the grid, one row per line, each cell written ``" S \\t"``; then a notice if the last action had no
@@ -475,7 +477,8 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``render_mode`` (``"ansi"``, ``"rgb_array"``, ``"human"`` or None); ``size`` (int or inclusive (lo, hi),
     default (2, 9)); ``p`` (float or (lo, hi), default (0.6, 0.85)); ``max_steps=8``; ``symbols="abstract"``
     (``"gym"``, a dict of tile kind -> char, or a ``SymbolSet``); ``invalid_action="noop"`` (or ``"terminate"``);
-    ``max_actions_per_turn=1``; ``reveal_rules=False`` (True appends the symbol legend and rules to
+    ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
+    ``reveal_rules=False`` (True appends the symbol legend and rules to
     ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``);
     ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``).
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
@@ -533,6 +536,7 @@ class FrozenLakeTextEnv(GridTextEnv):
         max_actions_per_turn: int = 1,
         reveal_rules: bool = False,
         instructions: str | None = None,
+        action_format: str = "paper",
         generator: str = "paper",
     ):
         if generator not in GENERATORS:
@@ -552,6 +556,7 @@ class FrozenLakeTextEnv(GridTextEnv):
             max_actions_per_turn=max_actions_per_turn,
             reveal_rules=reveal_rules,
             instructions=instructions,
+            action_format=action_format,
         )
         cell = self.renderer.cell
         self._cell_width = len(cell("frozen"))
