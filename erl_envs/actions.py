@@ -1,7 +1,16 @@
 """Reading an agent's action out of free text, shared by every env.
 
-Language models answer in prose. The paper's code reads the *last* triple-backtick block; we also accept
-``<answer>...</answer>`` and a reply that is nothing but the action. Parsing never raises on text: a reply we cannot
+Language models answer in prose. Two readers, chosen by the envs' ``action_format``:
+
+* ``"paper"`` (``parse_paper_action``): exactly the reference code's rule. The last triple-backtick block, stripped
+  and lower-cased, must be ``left``, ``down``, ``right`` or ``up``, or a number the reference reads as 1 Left,
+  2 Down, 3 Right, 4 Up (the same in both games). Anything else is an invalid action.
+* ``"lenient"`` (``parse_grid_actions``): ours, for people typing at a terminal and for forgiving experiments: also
+  ``<answer>...</answer>``, a reply that is nothing but the action, ``Up.``/``**Up**``, aliases (``u``, ``north``,
+  ``^``, arrows), several moves per turn, and digits numbered in ``ACTION_NAMES`` order (1 Up, 2 Down, 3 Left,
+  4 Right).
+
+Both find the last block of a reply of any length in linear time. Parsing never raises on text: a reply we cannot
 read is an ordinary event (``None``) that the env turns into an invalid, no-effect step.
 """
 
@@ -17,11 +26,19 @@ __all__ = [
     "parse_grid_action",
     "parse_grid_actions",
     "format_action",
+    "parse_paper_action",
+    "last_backtick_block",
+    "parse_actions",
+    "ACTION_FORMATS",
+    "PAPER_DIGITS",
 ]
+
+# "paper": the reference code's reader (the default of the registered envs); "lenient": ours.
+ACTION_FORMATS = ("paper", "lenient")
 
 
 class GridAction(IntEnum):
-    """The four moves of the grid games; digits 1-4 in replies map to these in this order."""
+    """The four moves of the grid games (the lenient reader numbers digits 1-4 in this order; see PAPER_DIGITS)."""
 
     UP = 0
     DOWN = 1
@@ -45,27 +62,79 @@ _ALIASES = {
     ">": GridAction.RIGHT, "\u2192": GridAction.RIGHT, "4": GridAction.RIGHT,
 }
 
-_CODE_BLOCK = re.compile(r"```[ \t]*([^\n`]*)\n?(.*?)```", re.DOTALL)
 # Separators between several actions in one reply: commas, semicolons, whitespace, arrows written as "->".
 _SPLIT = re.compile(r"(?:->|=>|[,;|\s])+")
 _STRIP = " \t\r\n.!?:\"'`*()[]{}"
 
-# Replies longer than this are not scanned in full: an action is a few characters, and regexes over a
-# megabyte of model noise on every step would be the slowest part of an env.
-MAX_SCAN_CHARS = 20_000
+# The reference's digits: its envs number the moves 1 Left, 2 Down, 3 Right, 4 Up, in both games.
+PAPER_DIGITS = {1: GridAction.LEFT, 2: GridAction.DOWN, 3: GridAction.RIGHT, 4: GridAction.UP}
+_PAPER_WORDS = {"left": GridAction.LEFT, "down": GridAction.DOWN, "right": GridAction.RIGHT, "up": GridAction.UP}
+FENCE = "```"
+
+
+def last_backtick_block(text: str) -> str | None:
+    """The content of the last triple-backtick block, or None when the reply has none.
+
+    Blocks pair up from the start of the reply as a lazy regex ``findall`` of ``r"```(.*?)```"`` (DOTALL) pairs
+    them: each block opens at the next fence and closes at the first fence at least three characters later; an
+    unclosed fence ends the search. Done with ``str.find``, so a reply of any length costs one linear pass.
+    """
+    last = None
+    at = text.find(FENCE)
+    while at >= 0:
+        end = text.find(FENCE, at + 3)
+        if end < 0:
+            break
+        last = text[at + 3:end]
+        at = text.find(FENCE, end + 3)
+    return last
+
+
+def parse_paper_action(text: str) -> GridAction | None:
+    """The reference code's reading of a reply: one move, or None (an invalid action).
+
+    The last block's content, stripped and lower-cased, is a move name, or all digits (``str.isdigit``) whose
+    ``int`` is 1-4 in ``PAPER_DIGITS`` order, so ``"```02```"`` is Down. Digit-like characters that ``int`` cannot
+    read (superscripts) are invalid here; the reference would raise on them.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"an action must be a str, got {type(text).__name__}")
+    block = last_backtick_block(text)
+    if block is None:
+        return None
+    word = block.strip().lower()
+    action = _PAPER_WORDS.get(word)
+    if action is None and word.isdigit():
+        try:
+            action = PAPER_DIGITS.get(int(word))
+        except ValueError:
+            return None
+    return action
+
+
+def parse_actions(text: str, action_format: str = "paper", max_actions: int = 1) -> list[GridAction] | None:
+    """The moves of a reply under ``action_format`` (see ``ACTION_FORMATS``), or None when it is unreadable."""
+    if action_format == "paper":
+        action = parse_paper_action(text)
+        return None if action is None else [action]
+    if action_format == "lenient":
+        return parse_grid_actions(text, max_actions=max_actions)
+    raise ValueError(f"action_format must be one of {list(ACTION_FORMATS)}, got {action_format!r}")
 
 
 def extract_action_text(text: str) -> str:
-    """Return the part of a reply that should hold the action.
+    """Return the part of a reply that should hold the action (the lenient reader).
 
     Order: the last triple-backtick block (its language tag, if it is itself an action word, counts as content),
     else the last ``<answer>`` tag, else the whole reply.
     """
-    if len(text) > MAX_SCAN_CHARS:
-        text = text[-MAX_SCAN_CHARS:]
-    blocks = _CODE_BLOCK.findall(text)
-    if blocks:
-        tag, body = blocks[-1]
+    block = last_backtick_block(text)
+    if block is not None:
+        # Like r"[ \t]*([^\n`]*)\n?(.*)": a first line up to a backtick is a language tag, the rest the body.
+        newline, tick = block.find("\n"), block.find("`")
+        cut = min(i for i in (newline, tick, len(block)) if i >= 0)
+        tag = block[:cut].lstrip(" \t")
+        body = block[cut + 1:] if cut == newline else block[cut:]
         body = body.strip()
         # "```Up```" puts the action where a language tag would go.
         return body if body else tag.strip()

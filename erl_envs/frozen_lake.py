@@ -21,6 +21,8 @@ __all__ = [
     "PAPER_SIZE",
     "PAPER_P",
     "MAX_MAP_SIDE",
+    "GENERATORS",
+    "PAPER_SEARCH_DEPTH",
 ]
 
 # The paper's distribution: side n ~ U{2..9}, frozen-tile probability p ~ U[0.6, 0.85).
@@ -32,6 +34,11 @@ MAX_MAP_SIDE = 16
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
+# "paper": the reference code's generator, map for map; "feasible": ours, every map solvable within the step budget.
+GENERATORS = ("paper", "feasible")
+# The reference generator's search expands cells reached in at most this many moves, so its goal is at most one
+# move further (6 moves) along the path that search happened to find.
+PAPER_SEARCH_DEPTH = 5
 
 
 class MapError(ValueError):
@@ -142,7 +149,7 @@ def shortest_path_length(rows: Sequence[str]) -> int | None:
 
 def _side_choice(rng: np.random.Generator, size: Any) -> int:
     lo, hi = _size_range(size)
-    return int(rng.integers(lo, hi + 1))
+    return lo if lo == hi else int(rng.integers(lo, hi + 1))
 
 
 def _size_range(size: Any) -> tuple[int, int]:
@@ -255,6 +262,8 @@ _REACHED = tuple(MoveOutcome(True, 1.0, True, f"moved {name} and reached the goa
 # Frozen flags (one byte per cell, 1 frozen, 0 hole) to map letters, and to binary digits, each in one C call.
 _FLAGS_TO_CHARS = bytes.maketrans(b"\x00\x01", b"HF")
 _FLAGS_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
+# Map letters to 1 for a hole and 0 for anything else.
+_HOLES_MARKED = bytes.maketrans(b"HFSG", b"\x01\x00\x00\x00")
 
 
 def _flag_bits(flags: bytearray) -> int:
@@ -291,21 +300,113 @@ def _carve_path(rng: np.random.Generator, flags: bytearray, n: int, start: int, 
         flags[r * n + c] = 1
 
 
+# ----------------------------------------------------------------------------- the paper's generator
+
+
+@lru_cache(maxsize=64)
+def _neighbour_table(n: int) -> tuple[tuple[int, ...], ...]:
+    """Flat indices of each cell's on-board neighbours, in the order the reference search visits them:
+    one row down, one column right, one row up, one column left."""
+    table = []
+    for cell in range(n * n):
+        r, c = divmod(cell, n)
+        table.append(tuple(
+            nr * n + nc for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)) if 0 <= nr < n and 0 <= nc < n
+        ))
+    return tuple(table)
+
+
+def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int) -> bool:
+    """The reference generator's acceptance test: a depth-limited depth-first search from the start.
+
+    It is not a shortest-path test: a cell is marked the first time it is popped, possibly at a larger depth than a
+    later route would give, so some maps whose goal is 6 moves away are still rejected. Reproduced step for step
+    because the paper's maps depend on exactly which boards it rejects.
+    """
+    # Equivalent shortcuts: a cell already marked is never pushed (its pop would be skipped), and the cells the
+    # search pops at its last depth are only looked at for the goal beside them (their pushes would be skipped).
+    neighbours = _neighbour_table(n)
+    last = PAPER_SEARCH_DEPTH
+    # Holes are never pushed, so never marked; marking them up front saves a test per neighbour.
+    seen = bytearray(flat).translate(_HOLES_MARKED)
+    stack = [(start, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        cell, moves = pop()
+        if seen[cell]:
+            continue
+        seen[cell] = 1
+        around = neighbours[cell]
+        if goal in around:
+            return True
+        if moves < last:
+            for nxt in around:
+                if not seen[nxt]:
+                    push((nxt, moves + 1))
+    return False
+
+
+def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, int, int, int]:
+    """The reference code's FrozenLake generator: (flattened map, start index, goal index, shortest path length).
+
+    Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
+    (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
+    ``_paper_search_accepts``. The draws are the ones the reference makes through ``Generator.choice`` and
+    ``Generator.integers``, taken in bulk (``random`` for the board, one ``integers(size=4)`` for the cells), which
+    yields the same numbers from the same stream. There is no try limit, as in the reference: a start next to the
+    goal is always accepted, so every try succeeds with probability at least 2/n^2.
+
+    Two cheap tests run first and only ever reject boards the search would reject too: a goal more than
+    ``PAPER_SEARCH_DEPTH + 1`` moves away as the crow flies, or beyond that by the shortest hole-free path.
+    """
+    # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
+    frozen_below = p / (p + (1.0 - p))
+    reach = PAPER_SEARCH_DEPTH + 1
+    while True:
+        frozen = rng.random(n * n) < frozen_below
+        while True:
+            sr, sc, gr, gc = rng.integers(0, n, size=4).tolist()
+            if sr != gr or sc != gc:
+                break
+        if abs(sr - gr) + abs(sc - gc) > reach:
+            continue
+        flags = bytearray(frozen.tobytes())
+        start, goal = sr * n + sc, gr * n + gc
+        flags[start] = flags[goal] = 1
+        shortest = _bfs_length(_flag_bits(flags), n, n, start, goal, reach)
+        if shortest is None:
+            continue
+        board = flags.translate(_FLAGS_TO_CHARS)
+        board[start], board[goal] = 83, 71  # "S", "G"
+        if shortest == 1 or _paper_search_accepts(board, n, start, goal):
+            return board.decode("ascii"), start, goal, shortest
+
+
 def generate_frozen_lake(
     rng: np.random.Generator,
     size: int | tuple[int, int] = PAPER_SIZE,
     p: float | tuple[float, float] = PAPER_P,
     max_steps: int = 8,
     max_tries: int = GENERATOR_MAX_TRIES,
+    generator: str = "paper",
 ) -> list[str]:
-    """A random square map whose goal is reachable from the start in at most ``max_steps`` moves.
+    """A random square map with a start ``S``, a goal ``G``, frozen cells ``F`` and holes ``H``.
 
     ``size`` is the side n (an int, or an inclusive range drawn uniformly); ``p`` the probability that a cell other
     than start and goal is frozen (a float, or a range drawn uniformly); start and goal are distinct random cells.
-    Size and p are drawn once; start, goal and holes are redrawn until the shortest hole-free path fits the budget.
-    Should ``max_tries`` maps all fail (only plausible for p near 0), the last one gets a random monotone path of
-    frozen cells carved from start to goal, so the function always returns. Deterministic given ``rng``:
-    ``FrozenLakeTextEnv().reset(seed=s)`` plays ``generate_frozen_lake(np.random.default_rng(s))``.
+    Size and p are drawn once (no draw for a fixed value), then:
+
+    * ``generator="paper"`` (default): the reference code's generator, map for map (``_draw_paper_map``): boards
+      are redrawn until a depth-first search limited to 6 moves finds the goal. ``max_steps`` and ``max_tries``
+      play no part. ``FrozenLakeTextEnv().reset(seed=s, options={"size": n, "p": p})`` gives the reference's map
+      for the paper's test row (s, n, p).
+    * ``generator="feasible"``: ours: start, goal and holes are redrawn until the shortest hole-free path fits
+      ``max_steps``; should ``max_tries`` maps all fail (only plausible for p near 0), the last one gets a random
+      monotone path of frozen cells carved from start to goal. It accepts goals up to ``max_steps`` (8) moves
+      away where the paper's stop at 6, and draws other maps from the same seed.
+
+    Deterministic given ``rng``: ``FrozenLakeTextEnv().reset(seed=s)`` plays
+    ``generate_frozen_lake(np.random.default_rng(s))``.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
@@ -317,8 +418,14 @@ def generate_frozen_lake(
     tries = _as_int(max_tries, "max_tries")
     if tries < 1:
         raise ValueError(f"max_tries must be >= 1, got {max_tries}")
+    if generator not in GENERATORS:
+        raise ValueError(f"generator must be one of {list(GENERATORS)}, got {generator!r}")
     n = _side_choice(rng, size)
-    flat, _, _, _ = _draw_map(rng, n, _p_choice(rng, p), budget, tries)
+    level_p = _p_choice(rng, p)
+    if generator == "paper":
+        flat, _, _, _ = _draw_paper_map(rng, n, level_p)
+    else:
+        flat, _, _, _ = _draw_map(rng, n, level_p, budget, tries)
     return [flat[i * n:(i + 1) * n] for i in range(n)]
 
 
@@ -331,10 +438,12 @@ class FrozenLakeTextEnv(GridTextEnv):
     usual ones and reveals no rules: the model has to work out what the letters mean by playing.
 
     ## Action Space
-    ``Text``: the agent's whole reply. The last triple-backtick block (else an ``<answer>`` tag, else the whole
-    reply) must hold one move: ``Up``, ``Down``, ``Left`` or ``Right`` (any case), or a digit 1-4 in that order;
-    ``self.valid_actions`` lists the canonical replies. With ``max_actions_per_turn=k`` a block may hold up to k
-    moves, applied in order. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
+    ``Text``: the agent's whole reply. ``action_format="paper"`` (default, the reference code's rule): the last
+    triple-backtick block, stripped and lower-cased, must be exactly ``up``, ``down``, ``left`` or ``right``, or a
+    number 1-4 read as 1 Left, 2 Down, 3 Right, 4 Up. ``action_format="lenient"`` (ours): also an ``<answer>``
+    tag or the bare reply, aliases, and with ``max_actions_per_turn=k`` up to k moves per reply, digits 1-4 in
+    Up/Down/Left/Right order (see ``erl_envs.actions``). ``self.valid_actions`` lists the canonical replies,
+    valid in both. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
 
     ## Observation Space
     ``Text``: the grid, one row per line, each cell written ``" S \\t"``; then a notice if the last action had no
@@ -343,8 +452,9 @@ class FrozenLakeTextEnv(GridTextEnv):
 
     ## Starting State
     A map drawn by ``generate_frozen_lake`` from ``self.np_random``: side n ~ U{2..9}, frozen probability
-    p ~ U[0.6, 0.85), distinct random start and goal, redrawn until the goal is reachable within the step budget.
-    The agent stands on the start cell, which is ordinary frozen ice.
+    p ~ U[0.6, 0.85), distinct random start and goal; boards are redrawn until the reference code's depth-first
+    search (6 moves deep) finds the goal (``generator="paper"``, the default), or until the goal is reachable within
+    the step budget (``generator="feasible"``). The agent stands on the start cell, which is ordinary frozen ice.
 
     ## Rewards
     1 for reaching the goal; 0 for everything else (moving, bumping into the edge, falling in a hole, invalid actions).
@@ -367,8 +477,10 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``render_mode`` (``"ansi"``, ``"rgb_array"``, ``"human"`` or None); ``size`` (int or inclusive (lo, hi),
     default (2, 9)); ``p`` (float or (lo, hi), default (0.6, 0.85)); ``max_steps=8``; ``symbols="abstract"``
     (``"gym"``, a dict of tile kind -> char, or a ``SymbolSet``); ``invalid_action="noop"`` (or ``"terminate"``);
-    ``max_actions_per_turn=1``; ``reveal_rules=False`` (True appends the symbol legend and rules to
-    ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``).
+    ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
+    ``reveal_rules=False`` (True appends the symbol legend and rules to
+    ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``);
+    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``).
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
     ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
     ``max(16, largest size)`` per side fit.
@@ -387,12 +499,13 @@ class FrozenLakeTextEnv(GridTextEnv):
     (``symbols="gym"``: ``P``, ``G``, ``H``, ``F``, ``X``, ``W``).
 
     ## Paper fidelity
-    Matches: size and p distributions, distinct random start/goal, deterministic moves, the 8-step budget, the
-    abstract symbols and cell layout, unparseable replies as no-op steps, sparse reward, the per-step messages and
-    the four feedback lines. Departs: our generator is our own, so the paper's (seed, size, p) test rows give other
-    maps here; a map is accepted only if the goal is reachable *within the budget* (not merely reachable), so every
-    task is solvable; start and goal are drawn among pairs at most ``max_steps`` apart (the same distribution as
-    rejecting the others). The wording of the messages is ours.
+    Matches: the reference generator map for map (``reset(seed=s, options={"size": n, "p": p})`` gives the
+    reference's map for its row (s, n, p), so the paper's 100 test maps replay exactly), size and p distributions,
+    deterministic moves, the 8-step budget, the abstract symbols and cell layout, unparseable replies as no-op
+    steps, sparse reward, the per-step messages and the four feedback lines. Departs: the agent on the goal is
+    ``Y`` (the reference writes a non-ASCII check mark); the wording of the messages is ours. ``generator=
+    "feasible"`` (ours, not the paper's) accepts goals up to ``max_steps`` moves away by shortest path, draws start
+    and goal among pairs at most ``max_steps`` apart, and gives other maps for the same seed. See docs/fidelity.md.
 
     ## Version History
     * v0: initial version.
@@ -423,7 +536,12 @@ class FrozenLakeTextEnv(GridTextEnv):
         max_actions_per_turn: int = 1,
         reveal_rules: bool = False,
         instructions: str | None = None,
+        action_format: str = "paper",
+        generator: str = "paper",
     ):
+        if generator not in GENERATORS:
+            raise ValueError(f"generator must be one of {list(GENERATORS)}, got {generator!r}")
+        self.generator = generator
         self.size = size
         self.p = p
         self._sizes = _size_range(size)
@@ -438,6 +556,7 @@ class FrozenLakeTextEnv(GridTextEnv):
             max_actions_per_turn=max_actions_per_turn,
             reveal_rules=reveal_rules,
             instructions=instructions,
+            action_format=action_format,
         )
         cell = self.renderer.cell
         self._cell_width = len(cell("frozen"))
@@ -481,9 +600,12 @@ class FrozenLakeTextEnv(GridTextEnv):
                 )
             lo, hi = _p_range(options["p"]) if "p" in options else self._ps
             rng = self.np_random
-            n = int(rng.integers(sizes[0], sizes[1] + 1))
+            n = sizes[0] if sizes[0] == sizes[1] else int(rng.integers(sizes[0], sizes[1] + 1))
             level_p = lo if lo == hi else float(rng.uniform(lo, hi))
-            flat, start, goal, shortest = _draw_map(rng, n, level_p, self.episode_max_steps, GENERATOR_MAX_TRIES)
+            if self.generator == "paper":
+                flat, start, goal, shortest = _draw_paper_map(rng, n, level_p)
+            else:
+                flat, start, goal, shortest = _draw_map(rng, n, level_p, self.episode_max_steps, GENERATOR_MAX_TRIES)
         self._flat = flat
         self._n = n
         self._pos = divmod(start, n)

@@ -16,7 +16,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from erl_envs import prompts
-from erl_envs.actions import ACTION_NAMES, GridAction, format_action, parse_grid_actions
+from erl_envs.actions import ACTION_FORMATS, ACTION_NAMES, GridAction, format_action, parse_actions
 from erl_envs.grid_text import TEXT_CHARSET, GridRenderer, SymbolSet, resolve_symbols
 
 __all__ = [
@@ -87,7 +87,8 @@ class GridTextEnv(gym.Env[str, str]):
     Turn protocol
     -------------
     ``step(action)`` takes a ``str`` (anything else raises ``TypeError`` naming the type) and parses it with
-    ``erl_envs.actions.parse_grid_actions(action, max_actions=max_actions_per_turn)``.
+    ``erl_envs.actions.parse_actions(action, action_format, max_actions_per_turn)``: ``action_format="paper"``
+    (default) is the reference code's rule, one move per reply; ``"lenient"`` is ours (see ``erl_envs.actions``).
 
     * Parsed moves are applied in order with ``_apply_move``; each uses one step of the budget; application stops
       when a move terminates the episode or the budget runs out (the remaining moves of the turn are dropped).
@@ -150,7 +151,8 @@ class GridTextEnv(gym.Env[str, str]):
 
     Public attributes: ``instructions``, ``prompt_style = "grid"``, ``symbols``, ``renderer`` (GridRenderer),
     ``valid_actions`` (the four canonical replies, ``format_action(a)`` for a in 0..3), ``max_steps``,
-    ``episode_max_steps``, ``invalid_action``, ``max_actions_per_turn``, ``reveal_rules``; read-only properties
+    ``episode_max_steps``, ``invalid_action``, ``max_actions_per_turn``, ``action_format``, ``reveal_rules``;
+    read-only properties
     ``steps_used``, ``steps_left``, ``episode_over``, ``grid_text``.
 
     Info keys (every reset and step): ``success``, ``steps_used``, ``steps_left``, ``took_effect``, ``feedback``,
@@ -179,6 +181,7 @@ class GridTextEnv(gym.Env[str, str]):
         max_actions_per_turn: int = 1,
         reveal_rules: bool = False,
         instructions: str | None = None,
+        action_format: str = "paper",
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
@@ -189,11 +192,17 @@ class GridTextEnv(gym.Env[str, str]):
             raise ValueError(f"max_grid_shape must be positive, got {max_grid_shape}")
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str or None, got {type(instructions).__name__}")
+        if action_format not in ACTION_FORMATS:
+            raise ValueError(f"action_format must be one of {list(ACTION_FORMATS)}, got {action_format!r}")
+        if action_format == "paper" and max_actions_per_turn != 1:
+            raise ValueError(f"max_actions_per_turn={max_actions_per_turn} needs action_format='lenient': the "
+                             f"paper's format reads exactly one move per reply")
 
         self.render_mode = render_mode
         self.max_steps = _check_steps(max_steps, "max_steps")
         self.episode_max_steps = self.max_steps
         self.max_actions_per_turn = _check_steps(max_actions_per_turn, "max_actions_per_turn")
+        self.action_format = action_format
         self.invalid_action = invalid_action
         self.reveal_rules = bool(reveal_rules)
         self.max_grid_shape = (rows, cols)
@@ -203,8 +212,9 @@ class GridTextEnv(gym.Env[str, str]):
         # The commonest replies, parsed once: a dict lookup instead of three regexes on the hot path. Built with the
         # parser itself, so the shortcut can never disagree with it.
         self._known_replies = {
-            text: tuple(parse_grid_actions(text, max_actions=self.max_actions_per_turn))
+            text: tuple(moves)
             for text in self.valid_actions + [n for name in ACTION_NAMES for n in (name, name.lower(), name.upper())]
+            if (moves := self._parse(text)) is not None
         }
         self._feedback_lines = {**EPISODE_FEEDBACK, **self.episode_feedback_lines}
 
@@ -272,7 +282,7 @@ class GridTextEnv(gym.Env[str, str]):
         budget = self.episode_max_steps
         moves = self._known_replies.get(action)
         if moves is None:
-            moves = parse_grid_actions(action, max_actions=self.max_actions_per_turn)
+            moves = self._parse(action)
         self._turns += 1
         reward = 0.0
         terminated = False
@@ -375,6 +385,9 @@ class GridTextEnv(gym.Env[str, str]):
         return self._grid_text
 
     # ------------------------------------------------------------------ internals
+
+    def _parse(self, reply: str) -> list[GridAction] | None:
+        return parse_actions(reply, self.action_format, self.max_actions_per_turn)
 
     def _render_text(self) -> str:
         if not self._started:

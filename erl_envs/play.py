@@ -1,8 +1,9 @@
 """Play a grid env yourself: ``python -m erl_envs.play ENV_ID [--seed N] [--mode human|ansi]``.
 
 Playing a few levels is the quickest way to see what a model sees. ``human`` mode opens a pygame window driven by
-the arrow keys; ``ansi`` mode reads replies from the terminal and hands each line to ``env.step`` unchanged, so
-``Up``, ``u`` or a reply in a triple-backtick block behave exactly as they would for a model.
+the arrow keys; ``ansi`` mode reads replies from the terminal and hands each line to ``env.step`` unchanged. The
+env is built with ``action_format="lenient"`` (``--action-format paper`` for the models' rule), so a typed ``Up``
+or ``u`` is a move; under the paper's format only a reply with the move in a triple-backtick block would be.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TextIO
 import gymnasium as gym
 
 import erl_envs  # noqa: F401  (registers the ERL env ids)
-from erl_envs.actions import GridAction, format_action
+from erl_envs.actions import ACTION_FORMATS, GridAction, format_action
 
 __all__ = ["main", "play_text", "play_keyboard", "QUIT_WORDS"]
 
@@ -96,8 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed of the first level (later levels follow from it)")
     parser.add_argument("--mode", choices=("human", "ansi"), default="human",
                         help="human: pygame window and arrow keys; ansi: type replies in the terminal")
+    parser.add_argument("--action-format", choices=ACTION_FORMATS, default="lenient",
+                        help="how typed lines are read: lenient (Up, u, ...; default) or paper (```Up``` only)")
     args = parser.parse_args(argv)
-    env = gym.make(args.env_id, render_mode=args.mode)
+    env = gym.make(args.env_id, render_mode=args.mode, action_format=args.action_format)
     try:
         if args.mode == "ansi":
             play_text(env, args.seed, sys.stdin, sys.stdout)

@@ -76,10 +76,12 @@ class SokobanTextEnv(GridTextEnv):
     most first attempts still fail, which is what makes Sokoban the paper's clearest case for reflection.
 
     ## Action Space
-    ``Text``: the agent's whole reply. The last triple-backtick block (else an ``<answer>`` tag, else the whole
-    reply) must hold one move: ``Up``, ``Down``, ``Left`` or ``Right`` (any case), or a digit 1-4 in that order;
-    ``self.valid_actions`` lists the canonical replies. With ``max_actions_per_turn=k`` a block may hold up to k
-    moves, applied in order. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
+    ``Text``: the agent's whole reply. ``action_format="paper"`` (default, the reference code's rule): the last
+    triple-backtick block, stripped and lower-cased, must be exactly ``up``, ``down``, ``left`` or ``right``, or a
+    number 1-4 read as 1 Left, 2 Down, 3 Right, 4 Up. ``action_format="lenient"`` (ours): also an ``<answer>``
+    tag or the bare reply, aliases, and with ``max_actions_per_turn=k`` up to k moves per reply, digits 1-4 in
+    Up/Down/Left/Right order (see ``erl_envs.actions``). ``self.valid_actions`` lists the canonical replies,
+    valid in both. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
 
     ## Observation Space
     ``Text``: the grid, one row per line, each cell written ``" S \\t"``; then a notice if the last action had no
@@ -120,7 +122,8 @@ class SokobanTextEnv(GridTextEnv):
     generator settings ``size=None`` (paper: n ~ U{6,7,8}; an int or (height, width)), ``num_boxes=1``,
     ``interior_walls=0.0``, ``min_moves=1``, ``max_moves=None`` (the episode's step budget); ``solver_max_states``
     (200,000: budget of the solver behind ``optimal_steps``); ``invalid_action="noop"`` (or ``"terminate"``);
-    ``max_actions_per_turn=1``; ``reveal_rules=False``; ``instructions=None`` (default ``prompts.GRID_INSTRUCTIONS``).
+    ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
+    ``reveal_rules=False``; ``instructions=None`` (default ``prompts.GRID_INSTRUCTIONS``).
     Reset options: ``level`` (one explicit level), ``level_index`` (into ``levels``), the generator settings above
     (this reset only; not with ``levels``), ``max_steps`` (this episode only). Levels up to
     ``max(20, the largest level or size set at construction)`` per side fit.
@@ -178,6 +181,7 @@ class SokobanTextEnv(GridTextEnv):
         max_actions_per_turn: int = 1,
         reveal_rules: bool = False,
         instructions: str | None = None,
+        action_format: str = "paper",
     ):
         self.levels = self._load_collection(levels)
         self.generator_settings = {
@@ -204,6 +208,7 @@ class SokobanTextEnv(GridTextEnv):
             max_actions_per_turn=max_actions_per_turn,
             reveal_rules=reveal_rules,
             instructions=instructions,
+            action_format=action_format,
         )
         # Every cell is drawn as the same characters around its symbol, so a board is its empty room's text with one
         # character replaced per box and for the player (see _render_grid).

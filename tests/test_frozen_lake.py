@@ -56,7 +56,7 @@ def test_sync_vector_env_steps_with_text_actions():
     envs = gym.make_vec("ERL-FrozenLake-v0", num_envs=3, vectorization_mode="sync")
     obs, infos = envs.reset(seed=[0, 1, 2])
     assert [o for o in obs] == [(GOLDEN / f"frozen_lake_seed{i}.txt").read_text() for i in range(3)]
-    obs, rewards, terminated, truncated, infos = envs.step(("Up", "```Left```", "nonsense"))
+    obs, rewards, terminated, truncated, infos = envs.step(("```Up```", "```Left```", "Up"))
     assert rewards.shape == (3,) and infos["parse_errors"].tolist() == [0, 0, 1]
     assert all(isinstance(o, str) for o in obs)
     envs.close()
@@ -112,15 +112,16 @@ def test_unseeded_resets_continue_the_stream():
 # ----------------------------------------------------------------------------- the generator
 
 
-def test_generator_guarantees_a_short_path_for_every_size():
+@pytest.mark.parametrize("generator, longest", [("paper", 6), ("feasible", 8)])
+def test_generator_guarantees_a_short_path_for_every_size(generator, longest):
     rng = np.random.default_rng(0)
     for n in range(2, 10):
         for _ in range(150):
-            rows = generate_frozen_lake(rng, size=n)
+            rows = generate_frozen_lake(rng, size=n, generator=generator)
             assert len(rows) == n and all(len(r) == n for r in rows)
             validate_map(rows)
             length = shortest_path_length(rows)
-            assert length is not None and 1 <= length <= 8
+            assert length is not None and 1 <= length <= longest
 
 
 def test_generator_respects_other_budgets_and_extreme_p():
@@ -128,11 +129,12 @@ def test_generator_respects_other_budgets_and_extreme_p():
     for budget in (1, 2, 3):
         for p in (0.0, 0.3, 1.0):
             for n in (2, 5, 9):
-                rows = generate_frozen_lake(rng, size=n, p=p, max_steps=budget)
+                rows = generate_frozen_lake(rng, size=n, p=p, max_steps=budget, generator="feasible")
                 assert shortest_path_length(rows) <= budget
     # With p = 0 every cell but start and goal is a hole.
-    rows = generate_frozen_lake(rng, size=6, p=0.0)
-    assert "".join(rows).count("F") == 0 and shortest_path_length(rows) == 1
+    for generator in ("paper", "feasible"):
+        rows = generate_frozen_lake(rng, size=6, p=0.0, generator=generator)
+        assert "".join(rows).count("F") == 0 and shortest_path_length(rows) == 1
     # With p = 1 there are no holes.
     assert "H" not in "".join(generate_frozen_lake(rng, size=6, p=1.0))
 
@@ -140,7 +142,7 @@ def test_generator_respects_other_budgets_and_extreme_p():
 def test_generator_carves_a_path_when_tries_run_out():
     rng = np.random.default_rng(2)
     for _ in range(50):
-        rows = generate_frozen_lake(rng, size=9, p=0.0, max_steps=8, max_tries=1)
+        rows = generate_frozen_lake(rng, size=9, p=0.0, max_steps=8, max_tries=1, generator="feasible")
         length = shortest_path_length(rows)
         assert length is not None and length <= 8
 
@@ -171,7 +173,8 @@ def test_reported_shortest_path_matches_an_independent_search():
         info = env.reset()[1]
         assert info["optimal_steps"] == shortest_path_length(env.map_rows)
     # Paths carved after every try failed, and maps too big for the table of start/goal pairs.
-    for env in (FrozenLakeTextEnv(size=9, p=0.0), FrozenLakeTextEnv(size=40, p=0.7, max_steps=30)):
+    for env in (FrozenLakeTextEnv(size=9, p=0.0, generator="feasible"),
+                FrozenLakeTextEnv(size=40, p=0.7, max_steps=30, generator="feasible"), FrozenLakeTextEnv(size=40)):
         for seed in range(5):
             info = env.reset(seed=seed)[1]
             assert info["optimal_steps"] == shortest_path_length(env.map_rows)
@@ -198,6 +201,7 @@ def test_generator_is_deterministic_given_the_rng():
         ({"p": "high"}, TypeError, "p"),
         ({"max_steps": 0}, ValueError, "max_steps"),
         ({"max_tries": 0}, ValueError, "max_tries"),
+        ({"generator": "bfs"}, ValueError, "generator"),
     ],
 )
 def test_generator_rejects_impossible_parameters(kwargs, error, match):
@@ -247,7 +251,7 @@ REPLIES = st.sampled_from(["Up", "Down", "Left", "Right", "```down```", "<answer
 @given(seed=st.integers(0, 2**31 - 1), replies=st.lists(REPLIES, min_size=1, max_size=12),
        symbols=st.sampled_from(["abstract", "gym"]))
 def test_dynamics_follow_the_reference_model(seed, replies, symbols):
-    env = FrozenLakeTextEnv(symbols=symbols)
+    env = FrozenLakeTextEnv(symbols=symbols, action_format="lenient")
     obs, info = env.reset(seed=seed)
     rows, n = env.map_rows, info["size"]
     renderer = GridRenderer(FROZEN_LAKE_SYMBOLS[symbols])
@@ -287,13 +291,13 @@ def test_observation_text_on_a_hand_made_map():
     obs, info = env.reset(options={"map": TINY})
     assert obs == " A \t D \t D \t\n D \t C \t D \t\n D \t D \t B \t\nSteps remaining: 8"
     assert info["position"] == (0, 0) and info["optimal_steps"] == 4 and info["p"] is None
-    obs, *_ = env.step("Right")
+    obs, *_ = env.step("```Right```")
     assert obs == " D \t A \t D \t\n D \t C \t D \t\n D \t D \t B \t\n" + NOT_SOLVED_LINE + "\nSteps remaining: 7"
-    obs, *_ = env.step("Up")
+    obs, *_ = env.step("```Up```")
     assert obs.split("\n")[3:] == [NO_EFFECT_NOTICE, NOT_SOLVED_LINE, "Steps remaining: 6"]
     obs, *_ = env.step("fly")
     assert obs.split("\n")[3] == PARSE_ERROR_NOTICE
-    obs, reward, terminated, truncated, info = env.step("Down")
+    obs, reward, terminated, truncated, info = env.step("```Down```")
     assert grid_part(obs) == " D \t D \t D \t\n D \t X \t D \t\n D \t D \t B \t"
     assert (reward, terminated, info["feedback"], info["episode_feedback"]) == (
         0.0, True, "moved Down and fell into a hole", "Fell into a hole.")
@@ -302,9 +306,9 @@ def test_observation_text_on_a_hand_made_map():
 def test_reaching_the_goal():
     env = FrozenLakeTextEnv(symbols="gym", render_mode="ansi")
     env.reset(options={"map": TINY})
-    for move in ("Right", "Right", "Down"):
+    for move in ("```Right```", "```Right```", "```Down```"):
         env.step(move)
-    obs, reward, terminated, truncated, info = env.step("Down")
+    obs, reward, terminated, truncated, info = env.step("```Down```")
     assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
     assert info["episode_feedback"] == "Reached the goal." and info["feedback"] == "moved Down and reached the goal"
     assert env.render() == " F \t F \t F \t\n F \t H \t F \t\n F \t F \t W \t"
@@ -313,8 +317,8 @@ def test_reaching_the_goal():
 def test_step_limit_and_no_valid_actions_feedback():
     env = FrozenLakeTextEnv()
     env.reset(options={"map": TINY, "max_steps": 2})
-    env.step("Up")
-    *_, truncated, info = env.step("Left")
+    env.step("```Up```")
+    *_, truncated, info = env.step("```Left```")
     assert truncated and info["episode_feedback"] == "Hit the max step limit before reaching the goal."
     env.reset(options={"map": TINY, "max_steps": 2})
     env.step("what")
@@ -327,7 +331,7 @@ def test_terminate_policy_and_multi_action_turns():
     env.reset(options={"map": TINY})
     *_, terminated, truncated, info = env.step("hop")
     assert terminated and not truncated and not info["success"] and info["parse_errors"] == 1
-    env = FrozenLakeTextEnv(max_actions_per_turn=4)
+    env = FrozenLakeTextEnv(max_actions_per_turn=4, action_format="lenient")
     env.reset(options={"map": TINY})
     obs, reward, terminated, _, info = env.step("```Right, Right, Down, Down```")
     assert reward == 1.0 and terminated and info["steps_used"] == 4
@@ -352,9 +356,13 @@ def test_task_id_is_stable_and_symbol_independent():
 
 
 def test_option_size_p_and_budget_shape_the_level():
-    env = FrozenLakeTextEnv()
+    # The feasible generator fits the map to this episode's budget; the paper's ignores the budget.
+    env = FrozenLakeTextEnv(generator="feasible")
     _, info = env.reset(seed=0, options={"size": 9, "p": 0.95, "max_steps": 3})
     assert info["size"] == 9 and info["p"] == 0.95 and info["steps_left"] == 3 and info["optimal_steps"] <= 3
+    env = FrozenLakeTextEnv()
+    _, info = env.reset(seed=0, options={"size": 9, "p": 0.95, "max_steps": 3})
+    assert info["steps_left"] == 3 and info["optimal_steps"] <= 6
     _, info = env.reset(seed=0, options={"size": (2, 3)})
     assert info["size"] in (2, 3)
     env = FrozenLakeTextEnv(size=12, p=0.8)
@@ -433,10 +441,10 @@ def test_rgb_array_shows_the_state():
     env.reset(options={"map": TINY})
     first = env.render()
     assert first.shape == (3 * 64, 3 * 64, 3) and first.dtype == np.uint8
-    env.step("Right")
+    env.step("```Right```")
     second = env.render()
     assert second.shape == first.shape and not np.array_equal(first, second)
-    env.step("Down")
+    env.step("```Down```")
     assert not np.array_equal(second, env.render())
     env.close()
 
@@ -457,3 +465,76 @@ def test_render_without_mode_warns_and_returns_none():
     env.reset(seed=0)
     with pytest.warns(UserWarning, match="render_mode"):
         assert env.render() is None
+
+
+# ----------------------------------------------------------------------------- the paper's generator
+
+
+@pytest.mark.parametrize("fixture", ["frozenlake_test_maps.jsonl", "frozenlake_generator_check.jsonl"])
+def test_paper_generator_reproduces_the_reference_maps(paper_tasks, fixture):
+    """Every (seed, size, p) row gives exactly the map the reference code's generator made of it."""
+    import json
+
+    rows = [json.loads(line) for line in (paper_tasks / fixture).read_text().splitlines() if line.strip()]
+    assert len(rows) in (100, 1000)
+    env = FrozenLakeTextEnv()
+    wrong = []
+    for row in rows:
+        env.reset(seed=row["seed"], options={"size": row["size"], "p": row["p"]})
+        if env.map_rows != row["map"]:
+            wrong.append(row["index"])
+        assert env.map_rows == generate_frozen_lake(
+            np.random.default_rng(np.random.SeedSequence(row["seed"])), size=row["size"], p=row["p"])
+    assert wrong == [], f"{len(wrong)} of {len(rows)} maps differ from the reference's, e.g. rows {wrong[:5]}"
+
+
+def test_paper_search_is_depth_first_not_shortest_path():
+    """The reference accepts a board when its depth-limited DFS finds the goal, which is not "goal within 6 moves".
+
+    In this 7x1 strip the goal is 6 moves away and the only path is straight, so it is accepted; at 7 moves it
+    is not, although the feasible generator (budget 8) would take both.
+    """
+    from erl_envs.frozen_lake import _paper_search_accepts
+
+    for length, accepted in ((6, True), (7, False)):
+        n = length + 1
+        rows = ["S" + "F" * (length - 1) + "G"] + ["H" * n] * (n - 1)
+        flat = "".join(rows).encode()
+        assert _paper_search_accepts(flat, n, 0, length) is accepted
+    # A DFS marks a cell at the depth it first pops it at: here the right-first detour reaches the cell above the
+    # goal after 5 moves, marks it, and never expands it from the 1-move route, so the 2-move goal is missed...
+    # ...unless the goal is adjacent to a cell popped early enough. Check agreement with a literal re-statement.
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(2, 8))
+        rows = generate_frozen_lake(rng, size=n, p=0.7, generator="feasible")
+        flat = "".join(rows).encode()
+        assert _paper_search_accepts(flat, n, flat.index(b"S"), flat.index(b"G")) == _literal_dfs(rows)
+
+
+def _literal_dfs(rows):
+    n = len(rows)
+    start = next((r, c) for r in range(n) for c in range(n) if rows[r][c] == "S")
+    stack, seen = [(start[0], start[1], 0)], set()
+    while stack:
+        r, c, moves = stack.pop()
+        if moves > 5 or (r, c) in seen:
+            continue
+        seen.add((r, c))
+        for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)):
+            if 0 <= nr < n and 0 <= nc < n:
+                if rows[nr][nc] == "G":
+                    return True
+                if rows[nr][nc] != "H":
+                    stack.append((nr, nc, moves + 1))
+    return False
+
+
+def test_feasible_generator_stays_available():
+    env = FrozenLakeTextEnv(generator="feasible")
+    lengths = [env.reset(seed=s)[1]["optimal_steps"] for s in range(300)]
+    assert max(lengths) > 6 and max(lengths) <= 8
+    paper = FrozenLakeTextEnv()
+    assert max(paper.reset(seed=s)[1]["optimal_steps"] for s in range(300)) <= 6
+    with pytest.raises(ValueError, match="generator"):
+        FrozenLakeTextEnv(generator="mine")

@@ -86,15 +86,15 @@ def test_observation_lines_follow_the_protocol():
     obs, reward, terminated, truncated, info = env.step("```Right```")
     assert lines(obs) == [" D \t A \t D \t B \t", NOT_SOLVED_LINE, "Steps remaining: 7"]
     assert (reward, terminated, truncated, info["took_effect"], info["feedback"]) == (0.0, False, False, True, "moved")
-    obs, *_, info = env.step("Up")
+    obs, *_, info = env.step("```Up```")
     assert lines(obs)[1:] == [NO_EFFECT_NOTICE, NOT_SOLVED_LINE, "Steps remaining: 6"]
     assert info["no_effect_moves"] == 1 and not info["took_effect"]
     obs, *_, info = env.step("go right please")
     assert lines(obs)[1:] == [PARSE_ERROR_NOTICE, NOT_SOLVED_LINE, "Steps remaining: 5"]
     assert info["parse_errors"] == 1 and info["no_effect_moves"] == 1
     assert info["feedback"] == "could not parse the action"
-    env.step("Right")
-    obs, reward, terminated, truncated, info = env.step("Right")
+    env.step("```Right```")
+    obs, reward, terminated, truncated, info = env.step("```Right```")
     assert lines(obs) == [" D \t D \t D \t Y \t", "Steps remaining: 3"]
     assert reward == 1.0 and terminated and not truncated
     assert info["success"] and info["episode_feedback"] == "Reached the end."
@@ -109,8 +109,8 @@ def test_task_id_depends_on_level_only():
 def test_budget_truncates_and_reports_the_step_limit():
     env = Corridor(max_steps=2)
     env.reset()
-    assert env.step("Up")[3] is False
-    obs, reward, terminated, truncated, info = env.step("Right")
+    assert env.step("```Up```")[3] is False
+    obs, reward, terminated, truncated, info = env.step("```Right```")
     assert truncated and not terminated and reward == 0.0
     assert NOT_SOLVED_LINE not in obs and obs.endswith("Steps remaining: 0")
     assert info["episode_feedback"] == EPISODE_FEEDBACK["step_limit"] and not info["success"]
@@ -128,7 +128,7 @@ def test_only_unparseable_replies_give_no_valid_actions_feedback():
 def test_terminate_policy_ends_on_an_unparseable_reply():
     env = Corridor(invalid_action="terminate")
     env.reset()
-    env.step("Right")
+    env.step("```Right```")
     obs, reward, terminated, truncated, info = env.step("```jump```")
     assert terminated and not truncated and reward == 0.0 and not info["success"]
     assert info["episode_feedback"] == EPISODE_FEEDBACK["invalid_action"] and info["steps_used"] == 2
@@ -136,7 +136,7 @@ def test_terminate_policy_ends_on_an_unparseable_reply():
 
 
 def test_several_moves_per_turn_each_use_a_step():
-    env = Corridor(length=5, max_actions_per_turn=3)
+    env = Corridor(length=5, max_actions_per_turn=3, action_format="lenient")
     env.reset()
     obs, reward, terminated, _, info = env.step("```Right, Up, Right```")
     assert info["steps_used"] == 3 and info["pos"] == 2 and info["no_effect_moves"] == 1
@@ -152,7 +152,7 @@ def test_several_moves_per_turn_each_use_a_step():
 
 
 def test_moves_stop_when_the_budget_runs_out():
-    env = Corridor(length=6, max_steps=2, max_actions_per_turn=3)
+    env = Corridor(length=6, max_steps=2, max_actions_per_turn=3, action_format="lenient")
     env.reset()
     *_, truncated, info = env.step("Right Right Right")
     assert truncated and info["steps_used"] == 2 and info["pos"] == 2
@@ -161,15 +161,15 @@ def test_moves_stop_when_the_budget_runs_out():
 def test_step_rejects_non_text_and_steps_after_the_end():
     env = Corridor()
     with pytest.raises(gym.error.ResetNeeded):
-        env.step("Right")
+        env.step("```Right```")
     env.reset()
     for bad in (3, b"Right", None, GridAction.RIGHT):
         with pytest.raises(TypeError, match=type(bad).__name__):
             env.step(bad)
     for _ in range(3):
-        env.step("Right")
+        env.step("```Right```")
     with pytest.raises(gym.error.ResetNeeded, match="reset"):
-        env.step("Right")
+        env.step("```Right```")
 
 
 def test_reset_options_are_checked():
@@ -192,11 +192,11 @@ def test_failed_reset_leaves_no_playable_episode():
     with pytest.raises(ValueError, match="length"):
         env.reset(options={"length": 1})
     with pytest.raises(gym.error.ResetNeeded):
-        env.step("Right")
+        env.step("```Right```")
 
 
 def test_the_longest_observation_fits_the_space():
-    env = Corridor(max_steps=MAX_STEPS_LIMIT, max_actions_per_turn=2)
+    env = Corridor(max_steps=MAX_STEPS_LIMIT, max_actions_per_turn=2, action_format="lenient")
     env.reset(options={"length": 6})
     obs = env.step("Right Up")[0]
     assert SOME_NO_EFFECT_NOTICE in obs and env.observation_space.contains(obs)
@@ -250,7 +250,7 @@ def test_valid_actions_and_symbols_are_public():
 def test_ansi_render_is_the_current_grid():
     env = Corridor(render_mode="ansi")
     env.reset()
-    env.step("Right")
+    env.step("```Right```")
     assert env.render() == " D \t A \t D \t B \t"
     assert GridRenderer(env.symbols).parse(env.render()) == env._tile_kinds()
 
@@ -258,5 +258,5 @@ def test_ansi_render_is_the_current_grid():
 def test_infos_are_fresh_objects():
     env = Corridor()
     _, info0 = env.reset()
-    info1 = env.step("Right")[4]
+    info1 = env.step("```Right```")[4]
     assert info0 is not info1 and info0["pos"] == 0 and info1["pos"] == 1

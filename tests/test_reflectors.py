@@ -201,7 +201,8 @@ def test_unreadable_replies_under_both_invalid_action_policies():
 
 def test_multi_move_turns_are_not_misattributed():
     request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right, Right```", "```Down```", "```Left, Left, Left```"],
-                          max_actions_per_turn=3, options={"map": ["SFF", "FFF", "FFG"], "max_steps": 6})
+                          max_actions_per_turn=3, action_format="lenient",
+                          options={"map": ["SFF", "FFF", "FFG"], "max_steps": 6})
     prompt = rulebook_of(request)
     assert "- Down moves you one row down (seen at step 2)." in prompt
     assert "- Right was not seen moving you" in prompt and "readable" not in prompt

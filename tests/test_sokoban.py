@@ -90,7 +90,7 @@ def test_task_id_and_level_key_are_the_levels_key():
         level = parse_level(rows)
         obs, info = env.reset(options={"level": rows})
         assert info["level_key"] == level.key and info["task_id"] == f"sokoban-{level.key[:16]}", rows
-        obs, *_, info = env.step("Left")
+        obs, *_, info = env.step("```Left```")
         assert info["level_key"] == level.key
     for env in (SokobanTextEnv(), SokobanTextEnv(size=(7, 9), num_boxes=2, interior_walls=0.2, max_steps=12)):
         for seed in range(100):
@@ -208,16 +208,16 @@ def test_moves_pushes_blocks_and_feedback():
     env = SokobanTextEnv(levels=[ROOM])
     obs, info = env.reset(seed=0)
     assert info["boxes_on_target"] == 0 and info["num_boxes"] == 2 and not info["deadlock"]
-    obs, reward, terminated, truncated, info = env.step("Left")
+    obs, reward, terminated, truncated, info = env.step("```Left```")
     assert info["feedback"] == "moved Left" and info["took_effect"] and reward == 0.0
     assert info["position"] == (3, 2)
-    obs, reward, terminated, truncated, info = env.step("Up")  # box (2,2) -> (1,2): against the top wall
+    obs, reward, terminated, truncated, info = env.step("```Up```")  # box (2,2) -> (1,2): against the top wall
     assert info["feedback"] == "pushed Up" and env.state.boxes == {(1, 2), (4, 2)}
-    obs, reward, terminated, truncated, info = env.step("Up")  # the box cannot go into the wall
+    obs, reward, terminated, truncated, info = env.step("```Up```")  # the box cannot go into the wall
     assert info["feedback"] == "tried Up, did not move (wall or blocked push)" and not info["took_effect"]
     assert "Your last action had no effect." in obs and info["no_effect_moves"] == 1
     assert not info["deadlock"]  # along the wall, but not in a corner
-    env.step("Left")
+    env.step("```Left```")
     obs, reward, terminated, truncated, info = env.step("```Left```")  # walks into the outer wall
     assert info["position"] == (2, 1) and not info["took_effect"]
 
@@ -225,11 +225,11 @@ def test_moves_pushes_blocks_and_feedback():
 def test_corner_deadlock_is_flagged_but_does_not_end_the_episode():
     env = SokobanTextEnv(levels=[["######", "#    #", "# $@.#", "#    #", "######"]])
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step("Left")
+    obs, reward, terminated, truncated, info = env.step("```Left```")
     assert not info["deadlock"]
-    env.step("Up")
-    env.step("Left")
-    obs, reward, terminated, truncated, info = env.step("Down")  # box (2,1)->(3,1): a corner
+    env.step("```Up```")
+    env.step("```Left```")
+    obs, reward, terminated, truncated, info = env.step("```Down```")  # box (2,1)->(3,1): a corner
     assert info["deadlock"] and not terminated and not truncated
 
 
@@ -239,20 +239,20 @@ def test_solving_gives_reward_once_and_terminates():
     solution = solve_sokoban(parse_level(ROOM))
     total = 0.0
     for action in solution:
-        obs, reward, terminated, truncated, info = env.step(ACTION_NAMES[action])
+        obs, reward, terminated, truncated, info = env.step(format_action(action))
         total += reward
     assert terminated and total == 1.0 and info["success"] and info["boxes_on_target"] == 2
     assert "Not solved yet" not in obs
     assert info["feedback"].endswith("and solved the puzzle")
     with pytest.raises(gym.error.ResetNeeded):
-        env.step("Up")
+        env.step("```Up```")
 
 
 def test_step_limit_and_no_valid_actions_feedback():
     env = SokobanTextEnv(levels=[ROOM], max_steps=3)
     env.reset(seed=0)
     for _ in range(3):
-        obs, reward, terminated, truncated, info = env.step("Left")
+        obs, reward, terminated, truncated, info = env.step("```Left```")
     assert truncated and not terminated and not info["success"]
     assert info["episode_feedback"] == "Hit the max step limit before solving the puzzle."
     env.reset(seed=0)
@@ -263,7 +263,7 @@ def test_step_limit_and_no_valid_actions_feedback():
 
 
 def test_several_moves_per_turn():
-    env = SokobanTextEnv(levels=[["#######", "#@ $ .#", "#######"]], max_actions_per_turn=3)
+    env = SokobanTextEnv(levels=[["#######", "#@ $ .#", "#######"]], max_actions_per_turn=3, action_format="lenient")
     env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step("```Right, Right, Right```")
     assert terminated and reward == 1.0 and info["steps_used"] == 3
@@ -273,7 +273,7 @@ def test_xsb_and_custom_symbols():
     env = SokobanTextEnv(symbols="xsb")
     obs, _ = env.reset(options={"level": CORRIDOR})
     assert grid_of(obs).split("\n")[1] == " # \t @ \t $ \t . \t # \t"
-    env.step("Right")
+    env.step("```Right```")
     assert env.grid_text.split("\n")[1] == " # \t _ \t @ \t * \t # \t"
     custom = dict(SOKOBAN_SYMBOLS["abstract"].symbols, agent="P")
     obs, _ = SokobanTextEnv(symbols=custom).reset(options={"level": CORRIDOR})
@@ -292,7 +292,7 @@ def test_rgb_array_shows_the_state():
     env.reset(options={"level": ROOM})
     before = env.render()
     assert before.dtype == np.uint8 and before.ndim == 3 and before.shape[2] == 3
-    env.step("Left")
+    env.step("```Left```")
     assert not np.array_equal(before, env.render())
     env.close()
 
