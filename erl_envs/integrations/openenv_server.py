@@ -94,13 +94,21 @@ class ServedEnv(Environment):
 
     def __init__(self, make: Callable[[], gym.Env]):
         super().__init__()
+        self._make = make
         self.env = make()
         self.done: bool | None = None  # None until the first reset
         self._state = State(episode_id=None, step_count=0)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, options: dict | None = None,
               **_: Any) -> ERLObservation:
-        obs, info = self.env.reset(seed=seed, options=options)
+        try:
+            obs, info = self.env.reset(seed=seed, options=options)
+        except Exception:
+            # A reset that raised (bad options) can leave an env half-reset (Gymnasium's checker wrapper then fails
+            # on the next step), so the session gets a fresh env and must be reset again.
+            self.env.close()
+            self.env, self.done = self._make(), None
+            raise
         self.done = False
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
         return ERLObservation(text=obs, reward=0.0, info=to_jsonable(info))
@@ -270,6 +278,12 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     async def _malformed(_: Request, error: RequestValidationError):
         errors = to_jsonable(list(error.errors()))
         return JSONResponse({"error": _validation_message(errors), "detail": errors}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, error: Exception):
+        # Only a bug gets here (every refusal above is a 4xx); still answer in JSON, naming the error.
+        log.exception("erl-serve: internal error")
+        return JSONResponse({"error": f"internal error: {type(error).__name__}: {error}"}, status_code=500)
 
     @app.get("/info")
     def get_info() -> dict:
