@@ -1,6 +1,7 @@
 """erl-gym environments: text FrozenLake, Sokoban and HotpotQA for Experiential RL, and the reflection wrapper.
 
-Importing this package registers ``ERL-FrozenLake-v0``, ``ERL-Sokoban-v0`` and ``ERL-HotpotQA-v0`` with Gymnasium.
+Importing this package registers ``ERL-FrozenLake-v0``, ``ERL-Sokoban-v0`` and ``ERL-HotpotQA-v0`` with Gymnasium,
+and ``ERL-Remote-v0`` (``erl_envs.remote.RemoteEnv``: a session of an env served by ``erl-serve``).
 """
 
 from gymnasium.envs.registration import register, registry
@@ -11,6 +12,8 @@ _ENVS = {
     "ERL-FrozenLake-v0": "erl_envs.frozen_lake:FrozenLakeTextEnv",
     "ERL-Sokoban-v0": "erl_envs.sokoban:SokobanTextEnv",
     "ERL-HotpotQA-v0": "erl_envs.hotpotqa:HotpotQAEnv",
+    # A session of an env served by `erl-serve` on another machine: gym.make("ERL-Remote-v0", url="http://...").
+    "ERL-Remote-v0": "erl_envs.remote:RemoteEnv",
 }
 
 for _env_id, _entry_point in _ENVS.items():
@@ -35,6 +38,7 @@ def __getattr__(name):
         "SokobanTextEnv": "erl_envs.sokoban",
         "HotpotQAEnv": "erl_envs.hotpotqa",
         "BM25Index": "erl_envs.search",
+        "RemoteEnv": "erl_envs.remote",
     }
     if name in lazy:
         import importlib

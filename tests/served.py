@@ -1,0 +1,67 @@
+"""Start a real ``erl-serve`` process on 127.0.0.1 and a free port for a test, and stop it (shared by the serve tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import requests
+
+START_TIMEOUT_S = 120.0  # openenv-core imports gradio; on a loaded 2-core machine start-up takes tens of seconds
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``with ServerProcess("--env", "ERL-FrozenLake-v0") as server: server.url``; SIGTERM on exit."""
+
+    def __init__(self, *args: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "erl_envs.integrations.openenv_server", *args,
+                        "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "info"]
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "ServerProcess":
+        return self.launch().wait_ready()
+
+    def launch(self) -> "ServerProcess":
+        """Start the process without waiting, so that several servers can start at once."""
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        env=dict(os.environ))
+        return self
+
+    def wait_ready(self) -> "ServerProcess":
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"erl-serve exited with {self.process.returncode}: {self.process.stdout.read()}")
+            try:
+                requests.get(self.url + "/health", timeout=1).raise_for_status()
+                return self
+            except requests.RequestException:
+                time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"erl-serve did not answer on {self.url} within {START_TIMEOUT_S:g} s")
+
+    def stop(self, timeout: float = 30.0) -> tuple[int, str]:
+        """SIGTERM, wait, and return (exit code, output); kill only if it does not stop in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode, self.process.stdout.read()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
