@@ -85,9 +85,13 @@ _LEGAL_NEXT = {"attempt1": {"attempt1", "reflect", "attempt2"}, "reflect": {"att
 
 
 def _json_error(value: Any) -> str | None:
-    """Why ``value`` cannot be written as strict JSON (no ``default=``, no NaN), or None."""
+    """Why ``value`` cannot be written as strict UTF-8 JSON (no ``default=``, no NaN, no lone surrogate), or None.
+
+    ``ensure_ascii=False`` and the encoding step matter: with ASCII escaping a lone surrogate passes as ``\\udc80``
+    and only breaks the file that is later written as UTF-8.
+    """
     try:
-        json.dumps(value, allow_nan=False)
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as err:
         return f"{type(err).__name__}: {err}"
     return None

@@ -10,7 +10,6 @@ a truncated or corrupted file is reported by name instead of resuming from garba
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -21,6 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from erl_agents.run_folder import RunFolderError, file_digest, fsync_dir, write_atomically
+from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = [
     "CorruptCheckpointError",
@@ -37,7 +39,7 @@ __all__ = [
 _NAME = re.compile(r"^step_(\d+)\.pt$")
 _STEP_FILE = re.compile(r"^step_(\d+)\.(pt|json)$")
 _TEMP = re.compile(r"^\.step_\d+\.(pt|json)\.tmp$")
-_CHUNK = 1 << 20
+_MAX_MANIFEST_BYTES = 1 << 16
 
 
 class CorruptCheckpointError(RuntimeError):
@@ -66,34 +68,6 @@ def set_rng_state(state: dict[str, Any], generator: np.random.Generator) -> None
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _sha256(path: Path) -> tuple[str, int]:
-    digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Makes the renames themselves durable; not every platform can open a directory.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _manifest_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
@@ -104,7 +78,10 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
     Leftover temporary files of a save that was killed are removed here.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(f"cannot create the checkpoint folder {folder}: {exc.strerror or exc}") from exc
     for leftover in folder.iterdir():
         if _TEMP.match(leftover.name):
             leftover.unlink(missing_ok=True)
@@ -112,16 +89,10 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
     manifest = _manifest_path(path)
     # A manifest from an earlier life of this step (a resumed run saving it again) must not vouch for the new file.
     manifest.unlink(missing_ok=True)
-    tmp = folder / f".{path.name}.tmp"
-    torch.save({"step": step, **payload}, tmp)
-    _fsync_file(tmp)
-    sha256, size = _sha256(tmp)
-    os.replace(tmp, path)
-    tmp_manifest = folder / f".{manifest.name}.tmp"
-    tmp_manifest.write_text(json.dumps({"step": step, "file": path.name, "bytes": size, "sha256": sha256}, indent=2))
-    _fsync_file(tmp_manifest)
-    os.replace(tmp_manifest, manifest)
-    _fsync_dir(folder)
+    write_atomically(path, lambda f: torch.save({"step": step, **payload}, f))
+    sha256, size = file_digest(path)
+    record = {"step": step, "file": path.name, "bytes": size, "sha256": sha256}
+    write_atomically(manifest, lambda f: f.write(json.dumps(record, indent=2).encode()))
     if keep > 0:
         steps = sorted({int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name))})
         for stale in steps[:-keep]:
@@ -143,6 +114,38 @@ def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
     return found[-1] if found else None
 
 
+def _read_manifest(path: Path, manifest_path: Path) -> dict[str, Any]:
+    """The manifest of ``path``, checked field by field; a bad field is a ``CorruptCheckpointError`` naming it."""
+    def bad(why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"checkpoint {path}: its manifest {manifest_path.name} {why}")
+
+    try:
+        manifest = loads_json(read_text_limited(manifest_path, _MAX_MANIFEST_BYTES, "manifest"))
+    except UnicodeDecodeError:
+        raise bad("is not UTF-8 text") from None
+    except ValueError as exc:
+        raise bad(f"is unreadable ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise bad(f"is not a JSON object (got {type(manifest).__name__})")
+    step = int(_NAME.match(path.name).group(1)) if _NAME.match(path.name) else None
+    checks = {
+        "step": (lambda v: type(v) is int and v >= 0 and (step is None or v == step),
+                 f"the checkpoint's step ({step})" if step is not None else "a non-negative integer"),
+        "file": (lambda v: v == path.name, repr(path.name)),
+        "bytes": (lambda v: type(v) is int and v >= 0, "a non-negative integer"),
+        "sha256": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+                   "64 lowercase hex digits"),
+    }
+    for name, (check, allowed) in checks.items():
+        if name == "file" and name not in manifest:
+            continue  # optional: the file name is also implied by the manifest's own name
+        if name not in manifest:
+            raise bad(f"has no {name!r} field")
+        if not check(manifest[name]):
+            raise bad(f"field {name!r} is {manifest[name]!r}, expected {allowed}")
+    return manifest
+
+
 def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Check ``path`` against its manifest; returns the manifest or raises ``CorruptCheckpointError`` saying why."""
     path = Path(path)
@@ -151,13 +154,9 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CorruptCheckpointError(f"checkpoint {path} does not exist")
     if not manifest_path.is_file():
         raise CorruptCheckpointError(f"checkpoint {path} has no manifest {manifest_path.name}: its save did not finish")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        expected_size, expected_sha = int(manifest["bytes"]), str(manifest["sha256"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpointError(f"checkpoint {path}: its manifest {manifest_path.name} is unreadable "
-                                     f"({exc})") from None
-    sha256, size = _sha256(path)
+    manifest = _read_manifest(path, manifest_path)
+    expected_size, expected_sha = manifest["bytes"], manifest["sha256"]
+    sha256, size = file_digest(path)
     if size != expected_size:
         raise CorruptCheckpointError(f"checkpoint {path} is truncated or padded: {size} bytes, the manifest says "
                                      f"{expected_size}")
@@ -177,7 +176,7 @@ def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, A
         raise CorruptCheckpointError(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc})") from exc
     if not isinstance(state, dict) or "step" not in state:
         raise CorruptCheckpointError(f"checkpoint {path} does not hold a training state (no 'step' entry)")
-    if manifest is not None and int(state["step"]) != int(manifest["step"]):
+    if manifest is not None and state["step"] != manifest["step"]:
         raise CorruptCheckpointError(f"checkpoint {path} holds step {state['step']}, its manifest says "
                                      f"{manifest['step']}")
     return state

@@ -126,7 +126,11 @@ def init_world(device: str = "cpu", backend: str = "auto") -> World:
     return World(rank=rank, size=size, local_rank=local_rank, backend=backend)
 
 
-def close_world(world: World) -> None:
-    """Leave the process group (no barrier: after a failure on one rank the others must not wait for it)."""
+def close_world(world: World, synchronize: bool = False) -> None:
+    """Leave the process group. ``synchronize=True`` (every rank finished) waits for all ranks first, so no rank
+    tears its side down while another still talks to it; after a failure (``False``) a rank leaves at once, since
+    the others may never arrive."""
     if world.enabled and dist.is_initialized():
+        if synchronize:
+            dist.barrier()
         dist.destroy_process_group()

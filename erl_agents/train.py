@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
+import os
 import sys
 import typing
 from typing import Any, Sequence
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--config", help="YAML or JSON file of field overrides (applied after --preset)")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
@@ -74,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     args = vars(build_parser().parse_args(argv))
+    args.pop("debug", None)
+    return _config_from_args(args)
+
+
+def _config_from_args(args: dict[str, Any]) -> TrainConfig:
     file = args.pop("config", None)
     preset = {"preset": args["preset"]} if "preset" in args else {}
     return build_config(preset, file=file, flags=args)
@@ -103,47 +111,78 @@ def summary_table(metrics: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "fix your command, file or disk", not "bug": they end the run with one line."""
+    import gymnasium
+
+    from erl_agents.checkpoint import CorruptCheckpointError
+    from erl_agents.run_folder import RunFolderLockedError
+
+    return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``erl-train``; returns the exit status.
 
-    A run that cannot start (a bad config value, a ``--resume`` without a checkpoint) or that stops on purpose
-    (``NonFiniteTrainingError``) ends with one ``erl-train: error: ...`` line and status 2, as argparse does for a
-    bad flag: the message says what to fix and a traceback would only hide it. Anything else is a bug and keeps
-    its traceback.
+    A run that cannot start (a bad value or config file, an unknown env, an unusable run folder or checkpoint, a
+    refused ``--resume``) or that stops on purpose (``NonFiniteTrainingError``, a full or read-only disk) ends with
+    one ``erl-train: error: ...`` line and status 2, as argparse does for a bad flag: the message says what to fix
+    and a traceback would only hide it (``--debug`` shows it). Any other exception during training is a bug and
+    keeps its traceback.
     """
+    args = vars(build_parser().parse_args(argv))
+    debug = args.pop("debug")
     try:
-        config = parse_config(argv)
-    except (ValueError, TypeError) as exc:
-        return _fail(exc)
+        config = _config_from_args(args)
+    except _user_errors() as exc:
+        return _fail(exc, debug)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     from erl_agents.distributed import close_world, init_world
+    from erl_agents.run_folder import RunFolderError
     from erl_agents.trainer import NonFiniteTrainingError, Trainer
 
     # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
     device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"
-    world = init_world(device_type, config.backend)
+    try:
+        world = init_world(device_type, config.backend)
+    except _user_errors() as exc:
+        return _fail(exc, debug)
+    finished = False
     try:
         try:
             # Building the trainer applies the config: envs from env_kwargs, the model, the checkpoint to resume.
             trainer = Trainer(config, world=world)
-        except (ValueError, TypeError, FileNotFoundError) as exc:
-            return _fail(exc)
+        except _user_errors() as exc:
+            return _fail(exc, debug)
         try:
             metrics = trainer.train()
-        except NonFiniteTrainingError as exc:
-            return _fail(exc)
+        except (NonFiniteTrainingError, RunFolderError) as exc:
+            return _fail(exc, debug)
+        # The DDP wrapper and its pending gloo/nccl work go before the process group does, not during interpreter
+        # shutdown, where freeing them can deadlock.
+        del trainer
+        gc.collect()
+        finished = True
     finally:
-        close_world(world)
+        close_world(world, synchronize=finished)
     if world.is_main:
         print(summary_table(metrics))
         print(f"run directory: {config.output}")
+    if world.enabled:
+        # A rank is done once its output is flushed; skipping interpreter finalization means no library thread
+        # (gloo's workers, tqdm's monitor) can keep a finished rank alive (pytorch/pytorch#75097).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
-def _fail(exc: BaseException) -> int:
+def _fail(exc: BaseException, debug: bool = False) -> int:
+    if debug:
+        raise exc
     message = " ".join(str(exc).split()) or type(exc).__name__
     print(f"erl-train: error: {message}", file=sys.stderr)
     return 2

@@ -29,23 +29,44 @@ from torch.nn.parallel import DistributedDataParallel
 
 from erl_agents import checkpoint as ckpt
 from erl_agents.accelerator import autocast, autocast_dtype, peak_memory_gb, reset_peak_memory, resolve_device
-from erl_agents.config import TrainConfig, config_to_dict
+from erl_agents.config import RULES, TrainConfig, config_to_dict
 from erl_agents.distributed import World, shard_bounds
 from erl_agents.evaluate import EVAL_SEED_BASE, evaluate, merge_eval_results, paper_tasks, seeded_tasks
 from erl_agents.grpo import aggregate, group_advantages, k3_kl, ppo_token_loss, raft_advantages, reverse_kl, token_log_probs
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict, reference_weights
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, consolidation_copies, run_episodes
+from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_folder, write_atomically
 
-__all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "assign_advantages", "zero_variance_groups",
-           "consecutive_bad_steps", "policy_update", "minibatch_plan", "micro_batches", "merge_rollout_rows",
-           "TokenScorer", "tiny_corpus", "make_env"]
+__all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes",
+           "assign_advantages", "zero_variance_groups", "consecutive_bad_steps", "policy_update", "minibatch_plan",
+           "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
 
 
 class NonFiniteTrainingError(RuntimeError):
-    """Raised after ``max_bad_steps`` consecutive steps whose loss or gradient was NaN or infinite."""
+    """Raised after ``max_bad_steps`` consecutive steps whose loss or gradient was NaN or infinite, or as soon as an
+    update leaves a weight NaN or infinite (before that step's checkpoint)."""
+
+
+class ResumeRefusedError(ValueError):
+    """``--resume`` with a value that would change what the run is (see ``erl_agents.config.RULES``)."""
+
+
+def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], list[str]]:
+    """The fields whose value differs from the run's saved config (``{name: [old, new]}``), and those of them that
+    ``--resume`` refuses: "fixed" fields not named in ``config.resume_changes``."""
+    allowed = {name.strip() for name in config.resume_changes.split(",") if name.strip()}
+    defaults = config_to_dict(TrainConfig())
+    changes = {}
+    for name, value in config_to_dict(config).items():
+        old = saved.get(name, defaults[name])
+        if old != value:
+            changes[name] = [old, value]
+    refused = [name for name in changes if RULES[name].resume == "fixed" and "all" not in allowed
+               and name not in allowed]
+    return changes, refused
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -92,31 +113,41 @@ def tiny_corpus(env: gym.Env, episodes: int = 200, seed: int = 0) -> list[str]:
 
 
 class RunWriter:
-    """Every file a run writes goes through here, and only the main process writes."""
+    """Every file a run writes goes through here, and only the main process writes.
+
+    Whole files are replaced atomically (``erl_agents.run_folder``); a write the disk refuses raises
+    ``RunFolderError`` naming the file and the reason.
+    """
 
     def __init__(self, folder: str | os.PathLike, enabled: bool = True):
         self.folder = Path(folder)
         self.enabled = enabled
         if enabled:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RunFolderError(f"cannot create the run folder {self.folder}: "
+                                     f"{exc.strerror or exc}".rstrip()) from exc
 
     def write_json(self, name: str, data: Any) -> None:
         if self.enabled:
-            tmp = self.folder / f".{name}.tmp"
-            tmp.write_text(json.dumps(data, indent=2, default=str))
-            os.replace(tmp, self.folder / name)
+            text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+            write_atomically(self.folder / name, lambda f: f.write(text.encode("utf-8")))
 
     def append_metrics(self, row: dict) -> None:
         if self.enabled:
-            with open(self.folder / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+            path = self.folder / "metrics.jsonl"
+            try:
+                with open(path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except OSError as exc:
+                raise RunFolderError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from exc
 
     def rewrite_metrics(self, rows: Sequence[dict]) -> None:
         """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
         if self.enabled:
-            tmp = self.folder / ".metrics.jsonl.tmp"
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-            os.replace(tmp, self.folder / "metrics.jsonl")
+            text = "".join(json.dumps(r) + "\n" for r in rows)
+            write_atomically(self.folder / "metrics.jsonl", lambda f: f.write(text.encode("utf-8")))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -447,6 +478,11 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                 stats["skipped_updates"] += 1
                 continue
             optimizer.step()
+            if not _weights_finite(model):
+                # Adam's moments were finite and the gradient clipped, yet the weights are not (an overflowing
+                # learning rate, a broken dtype): nothing later can repair them, so stop before they are saved.
+                lr = optimizer.param_groups[0]["lr"]
+                raise NonFiniteTrainingError(f"an optimizer step made weights NaN/inf (lr {lr:g})")
             stats["optimizer_steps"] += 1
             losses.append(total)
             norms.append(float(grad_norm))
@@ -468,6 +504,12 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
         reverse_kl=sums["reverse_kl"] / max(sums["reverse_kl_tokens"], 1),
     )
     return stats
+
+
+def _weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every trainable weight is finite, with a single device-to-host sync."""
+    checks = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
+    return bool(torch.stack(checks).all()) if checks else True
 
 
 def merge_rollout_rows(rows: Sequence[dict]) -> dict:
@@ -492,6 +534,33 @@ def merge_rollout_rows(rows: Sequence[dict]) -> dict:
     return merged
 
 
+def paper_tasks_folder() -> Path | None:
+    """The paper's task sets: ``$ERL_PAPER_TASKS``, else ``$ERL_SHARED/paper_tasks``, else ``../shared/paper_tasks``
+    beside this checkout; ``None`` when none of them is a folder."""
+    candidates = [os.environ.get("ERL_PAPER_TASKS", "")]
+    if os.environ.get("ERL_SHARED"):
+        candidates.append(os.path.join(os.environ["ERL_SHARED"], "paper_tasks"))
+    candidates.append(str(Path(__file__).resolve().parents[2] / "shared" / "paper_tasks"))
+    return next((Path(c) for c in candidates if c and os.path.isdir(c)), None)
+
+
+def _tasks_fit(tasks: Sequence, env_kwargs: dict) -> bool:
+    """Whether the paper's instances lie inside the sizes ``env_kwargs`` trains on (``auto`` uses them only then:
+    a run on 2-4 boards is not evaluated on 9x9 ones)."""
+    size = env_kwargs.get("size")
+    if size is None:
+        return True
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    for _, options in tasks:
+        options = options or {}
+        # FrozenLake's size is a range of board sides; Sokoban's the largest level shape (height, width).
+        if "size" in options and not min(pair) <= options["size"] <= max(pair):
+            return False
+        if "level" in options and (len(options["level"]) > pair[0] or max(map(len, options["level"])) > pair[1]):
+            return False
+    return True
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The trainer
 
@@ -508,6 +577,8 @@ class Trainer:
                              f"({self.world.size}): a task's group is never split across ranks")
         self.task_range = shard_bounds(config.tasks_per_step, self.world.rank, self.world.size)
         self.writer = RunWriter(config.output, enabled=is_main_process and self.world.is_main)
+        # One run per folder: a second one would interleave metrics and race on checkpoint names.
+        self._lock = RunLock(config.output) if self.writer.enabled else None
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.device = resolve_device(config.device, self.world.local_rank)
@@ -528,6 +599,7 @@ class Trainer:
             eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
             self.eval_envs = [make_env(config.env, eval_kwargs) for _ in range(pool)]
         resume_state = self._latest_state() if config.resume else None
+        history = self._check_resume(resume_state) if resume_state is not None else []
         self.memory = None
         self.train_envs = self.envs
         if config.algo == "erl":
@@ -564,11 +636,12 @@ class Trainer:
         self.eval_tasks = self._eval_tasks()
         self.step = 0
         self.metrics: list[dict] = []
+        self.time_before = {"training": 0.0, "elapsed": 0.0}  # seconds spent before this process (resumed runs)
         if resume_state is not None:
             self._resume(resume_state)
         else:
-            self.writer.write_json("config.json", config_to_dict(config))
             self.writer.rewrite_metrics([])
+        self.writer.write_json("config.json", {**config_to_dict(config), **({"history": history} if history else {})})
         # What the update trains through: the policy itself, or under data parallel a DDP wrapper that all-reduces
         # its gradients (DDP also broadcasts rank 0's weights here, so every rank starts identical).
         self.train_model = self.policy.model
@@ -599,28 +672,70 @@ class Trainer:
         if cfg.model != "tiny":
             return load_policy(cfg.model, dtype=cfg.dtype, device=str(self.device))
         # The tiny model is built once, saved in the run directory, and from then on loaded like any HF model
-        # (the reference model and resumed runs read it back from there).
+        # (the reference model and resumed runs read it back from there). It is derived from the seed and the
+        # config alone, so a copy that does not match its manifest (a kill or a full disk during its first save)
+        # is rebuilt rather than trusted.
         folder = Path(cfg.output) / "initial_model"
-        if not (folder / "config.json").exists():
-            # Row tokens need every row the env can show in the corpus twice; random play repeats rare rows (the agent
-            # beside the goal) seldom: 20k episodes (~1 s) cover 338 of the 344 rows of a 2-4 board.
-            episodes = 20_000 if cfg.tiny_grid_tokens == "row" else 200
-            corpus = tiny_corpus(self.envs[0], episodes, seed=cfg.seed)
-            tokenizer = build_tiny_tokenizer(corpus, vocab_size=cfg.tiny_vocab, grid_tokens=cfg.tiny_grid_tokens)
-            model = build_tiny_model(tokenizer, cfg.tiny_hidden, cfg.tiny_layers, cfg.tiny_heads, cfg.tiny_intermediate,
-                                     max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
-            policy = Policy(model, tokenizer)
+        problem = None if reference else folder_problem(folder)
+        if problem is not None and (self.writer.enabled or not folder.exists()):
+            if folder.exists():
+                warnings.warn(f"{problem}; rebuilding the initial tiny model from the seed and the config",
+                              RuntimeWarning, stacklevel=2)
+            policy = self._build_tiny_policy()
             if not self.writer.enabled:
                 return policy
-            policy.save(str(folder))
+            save_folder(folder, policy.save)
         return load_policy(str(folder), dtype="float32", device=str(self.device))
+
+    def _build_tiny_policy(self) -> Policy:
+        cfg = self.config
+        # Row tokens need every row the env can show in the corpus twice; random play repeats rare rows (the agent
+        # beside the goal) seldom: 20k episodes (~1 s) cover 338 of the 344 rows of a 2-4 board.
+        episodes = 20_000 if cfg.tiny_grid_tokens == "row" else 200
+        corpus = tiny_corpus(self.envs[0], episodes, seed=cfg.seed)
+        tokenizer = build_tiny_tokenizer(corpus, vocab_size=cfg.tiny_vocab, grid_tokens=cfg.tiny_grid_tokens)
+        model = build_tiny_model(tokenizer, cfg.tiny_hidden, cfg.tiny_layers, cfg.tiny_heads, cfg.tiny_intermediate,
+                                 max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
+        return Policy(model, tokenizer)
+
+    def _check_resume(self, state: dict) -> list[dict]:
+        """Compare this run's config with the one the run folder was started with; refuse a change of meaning.
+
+        Returns the config history to record: the saved one plus this resume's changes, when there are any.
+        """
+        from erl_envs.safe_parse import loads_json, read_text_limited
+
+        path = Path(self.config.output) / "config.json"
+        saved, history = state.get("config") or {}, []
+        if path.is_file():
+            try:
+                saved = loads_json(read_text_limited(path, 1 << 20, "config file"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                warnings.warn(f"{path} is unreadable ({exc}); comparing with the checkpoint's config instead",
+                              RuntimeWarning, stacklevel=2)
+                saved = state.get("config") or {}
+        history = list(saved.pop("history", [])) if isinstance(saved.get("history"), list) else []
+        changes, refused = resume_changes(saved, self.config)
+        if refused:
+            shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in refused)
+            raise ResumeRefusedError(
+                f"--resume refuses to change what the run in {self.config.output} is ({shown}); resume with its "
+                f"values (see its config.json), start a new --output, or allow the change with "
+                f"--resume-changes {','.join(refused)}")
+        changes.pop("resume", None)
+        changes.pop("resume_changes", None)
+        if changes:
+            if changes.keys() - {"resume", "resume_changes"}:
+                history.append({"resumed_at_step": int(state["step"]), "changes": changes,
+                                "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
+        return history
 
     def _eval_tasks(self) -> list:
         cfg = self.config
         if cfg.eval_set in ("auto", "paper"):
-            folder = os.environ.get("ERL_PAPER_TASKS", "")
-            tasks = paper_tasks(cfg.env, folder) if folder and os.path.isdir(folder) else None
-            if tasks is not None:
+            folder = paper_tasks_folder()
+            tasks = paper_tasks(cfg.env, folder) if folder is not None else None
+            if tasks is not None and (cfg.eval_set == "paper" or _tasks_fit(tasks, cfg.env_kwargs)):
                 return tasks[: cfg.eval_tasks]
             if cfg.eval_set == "paper":
                 raise ValueError(f"no paper test set for {cfg.env}: set ERL_PAPER_TASKS to the paper_tasks folder "
@@ -636,9 +751,23 @@ class Trainer:
     # --- the loop ---
 
     def train(self) -> list[dict]:
+        """Run the loop to ``steps`` (or the time limit); the run folder's lock is released however it ends."""
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the run folder for the next run (``train`` does this itself)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def _train(self) -> list[dict]:
         cfg = self.config
         sampling, reflect_sampling, eval_sampling = self._sampling()
+        # Training time (the time limit's clock) and wall time continue from the checkpoint's on a resume.
         started = time.perf_counter()
+        first_row = len(self.metrics)
         progress = None
         if cfg.progress and self.writer.enabled:
             from tqdm.auto import tqdm
@@ -676,8 +805,13 @@ class Trainer:
 
             # 3-4. Loss and update.
             clock = time.perf_counter()
-            update = policy_update(self.train_model, self.optimizer, self.scheduler, trajectories, table, cfg,
-                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
+            try:
+                update = policy_update(self.train_model, self.optimizer, self.scheduler, trajectories, table, cfg,
+                                       self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
+            except NonFiniteTrainingError as exc:
+                raise NonFiniteTrainingError(
+                    f"stopping at step {self.step}: {exc}; the step was not saved, so resume from the checkpoints in "
+                    f"{Path(cfg.output) / 'checkpoints'} with a lower --lr (--resume --resume-changes lr)") from None
             timing["update"] = time.perf_counter() - clock
 
             # 5. Log (rollout metrics over all ranks; time/ keys are this machine's measurements).
@@ -693,12 +827,13 @@ class Trainer:
 
             # 6. Evaluate.
             # The time limit counts training only: held-out evaluation is measurement, not training.
-            training_seconds = time.perf_counter() - started - sum(m.get("time/eval", 0.0) for m in self.metrics)
+            training_seconds = (self.time_before["training"] + time.perf_counter() - started
+                                - sum(m.get("time/eval", 0.0) for m in self.metrics[first_row:]))
             out_of_time = self.world.any(cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min)
             last = self.step == cfg.steps or out_of_time
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
                 row = self._evaluate(eval_sampling, row)
-            row["time/elapsed"] = time.perf_counter() - started
+            row["time/elapsed"] = self.time_before["elapsed"] + time.perf_counter() - started
             row["time/training"] = training_seconds
             self._log(row)
             if progress is not None:
@@ -714,7 +849,7 @@ class Trainer:
         if progress is not None:
             progress.close()
         if cfg.save_final_model and self.writer.enabled:
-            self.policy.save(str(Path(cfg.output) / "final_model"))
+            save_folder(Path(cfg.output) / "final_model", self.policy.save)
         if self.writer.enabled:
             from erl_agents.plots import plot_learning_curves
 
@@ -818,6 +953,8 @@ class Trainer:
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "metrics": self.metrics,
             "config": config_to_dict(self.config),
+            "training_seconds": self.metrics[-1].get("time/training", 0.0) if self.metrics else 0.0,
+            "elapsed_seconds": self.metrics[-1].get("time/elapsed", 0.0) if self.metrics else 0.0,
         }
         if rank_rng is not None:
             payload["rank_rng"] = rank_rng
@@ -839,6 +976,13 @@ class Trainer:
             self.policy.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        cfg = self.config
+        # Update settings a resume was allowed to change (--resume-changes) apply from here on: the optimizer's and
+        # the schedule's saved copies would otherwise silently keep the old ones.
+        factor = min(1.0, (self.scheduler.last_epoch + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        self.scheduler.base_lrs = [cfg.lr for _ in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group.update(lr=cfg.lr * factor, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2))
         rng = state["rng"]
         saved = state.get("rank_rng") or [rng]
         if len(saved) == self.world.size:
@@ -851,4 +995,8 @@ class Trainer:
             torch.manual_seed(self.config.seed + 1_000_003 * self.world.rank)
         self.metrics = list(state["metrics"])
         self.step = int(state["step"])
+        last = self.metrics[-1] if self.metrics else {}
+        # Older checkpoints have no time fields: their last metrics row holds the same numbers.
+        self.time_before = {"training": float(state.get("training_seconds", last.get("time/training", 0.0))),
+                            "elapsed": float(state.get("elapsed_seconds", last.get("time/elapsed", 0.0)))}
         self.writer.rewrite_metrics(self.metrics)

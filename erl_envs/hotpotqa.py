@@ -23,6 +23,7 @@ from erl_envs.hotpotqa_data import (
     load_corpus,
     load_questions,
 )
+from erl_envs.memory import utf8_safe
 from erl_envs.qa import parse_qa_reply, qa_reward
 from erl_envs.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer
 
@@ -404,7 +405,8 @@ class HotpotQAEnv(gym.Env[str, str]):
         else:
             score = qa_reward(reply.answer, question.answers, self.f1_threshold)
             reward, terminated = score.reward, True
-            info.update(answer=reply.answer, em=score.em, f1=score.f1, success=score.em,
+            answer = reply.answer if reply.answer is None else utf8_safe(reply.answer)  # info must encode as UTF-8
+            info.update(answer=answer, em=score.em, f1=score.f1, success=score.em,
                         gold_answers=list(question.answers))
             info["episode_feedback"] = self._answer_feedback(reply.answer, score.em, score.f1)
             info["feedback"] = info["episode_feedback"]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from erl_envs.safe_parse import loads_json
+
 __all__ = [
     "Passage",
     "Question",
@@ -177,7 +179,7 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
         raise DataError(f"{path}: not UTF-8 text ({exc})") from exc
     if path.suffix == ".json":
         try:
-            records = json.loads(text)
+            records = loads_json(text)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}: not valid JSON ({exc})") from exc
         if isinstance(records, Mapping) and isinstance(records.get("data"), list):
@@ -190,7 +192,7 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append(loads_json(line))
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
     return records

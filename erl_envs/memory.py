@@ -23,6 +23,8 @@ import threading
 from collections import Counter
 from typing import Any
 
+from erl_envs.safe_parse import loads_json
+
 __all__ = ["ReflectionMemory", "RetrievalMemory", "load_memory", "utf8_safe"]
 
 _FORMAT_VERSION = 1
@@ -72,7 +74,7 @@ def _read_json(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = loads_json(f.read())
     except FileNotFoundError:
         raise FileNotFoundError(f"no memory file at {path!r}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

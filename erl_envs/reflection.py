@@ -64,20 +64,25 @@ def to_jsonable(value: Any) -> Any:
     """A copy of ``value`` that ``json.dumps`` accepts: numpy scalars and arrays, tuples, sets, enums, odd keys.
 
     Non-finite floats become the strings "nan", "inf", "-inf" (strict JSON has no such numbers); anything else
-    unknown becomes its ``repr``, so a record never fails to serialise because of one exotic info value.
+    unknown becomes its ``repr``, so a record never fails to serialise because of one exotic info value. Strings
+    (keys too) lose their lone surrogates (``utf8_safe``), so the record can always be written as UTF-8.
     """
     # Exact-type fast paths first: records are mostly plain values, and this runs on every info of every step.
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str:
+        return utf8_safe(value)
+    if kind is int or kind is bool or value is None:
         return value
     if kind is float:
         return value if math.isfinite(value) else repr(value)
     if kind is dict:
-        return {k if type(k) is str else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
+        return {utf8_safe(k) if type(k) is str else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
     if kind is list or kind is tuple:
         return [to_jsonable(v) for v in value]
-    if isinstance(value, (bool, str)):
+    if isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return utf8_safe(str(value))
     if isinstance(value, Enum):
         return to_jsonable(value.value)
     if isinstance(value, (int, np.integer)):
@@ -90,7 +95,7 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return to_jsonable(value.tolist())
     if isinstance(value, Mapping):
-        return {k if isinstance(k, str) else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
+        return {utf8_safe(k) if isinstance(k, str) else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -450,9 +455,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
         # Attempt 1 failed: the episode goes on.
         if self.no_reflection:
-            system_prompt = prompts.NO_REFLECTION_PROMPT.format(
+            system_prompt = utf8_safe(prompts.NO_REFLECTION_PROMPT.format(
                 instructions=self._instructions, note=prompts.NO_REFLECTION_NOTE,
-                trace=self._trace_text(self._attempt1))
+                trace=self._trace_text(self._attempt1)))
             obs2, env_info = self._start_attempt2(system_prompt)
             return obs2, reward, False, False, self._info("attempt2", system_prompt, True, env_info=env_info, **extra)
         request = self._request = self._build_request()
@@ -556,7 +561,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.memory.update(self._reflection["prompt"], task_text=self._task_text)
             memory_updated = True
         reflected = self._reflection is not None
-        record = {
+        record = to_jsonable({
             "task_id": self._task_id,
             "task_text": self._task_text,
             "episode_seed": self._episode_seed,
@@ -572,7 +577,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "memory_prompt_used": self._request.base_prompt if reflected else None,
             "base_prompt_from_memory": self._base_from_memory if reflected else False,
             "same_start": self._same_start,
-        }
+        })
         self._phase = "done"
         return self._info(phase, ended.system_prompt, False, record=record, **extra)
 

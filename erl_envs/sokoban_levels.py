@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from erl_envs.actions import MOVES
+from erl_envs.safe_parse import loads_json
 
 __all__ = [
     "Cell",
@@ -370,7 +371,7 @@ def _jsonl_records(path: Path) -> list[tuple[str, list[str], str, int]]:
             continue
         where = f"line {lineno}"
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except json.JSONDecodeError as err:
             raise LevelError(f"{path}: {where}: invalid JSON ({err.msg})") from None
         if not isinstance(record, dict) or "layout" not in record:

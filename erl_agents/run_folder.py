@@ -1,0 +1,190 @@
+"""The run folder's safety: one run at a time (a lock), and files that are either complete and verified or absent.
+
+Every file a run writes goes through ``write_atomically`` (a temporary name in the same folder, flushed to disk,
+renamed over the target with ``os.replace``), and a folder of files such as ``initial_model/`` through
+``save_folder`` (written whole under a temporary name, with a manifest of sizes and sha256, then renamed into place).
+A kill or a full disk at any moment leaves the old file or folder, never half of the new one, and a write that fails
+raises ``RunFolderError`` naming the file and the reason ("no space left on device", "read-only file system")
+instead of a library's internal message.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Callable
+
+__all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "fsync_dir", "file_digest",
+           "save_folder", "folder_problem", "FOLDER_MANIFEST"]
+
+FOLDER_MANIFEST = "erl_manifest.json"
+_CHUNK = 1 << 20
+_LOW_SPACE = 1 << 20  # bytes: below this a failed write is put down to a full disk
+
+
+class RunFolderError(OSError):
+    """A file of the run folder that cannot be created or written; the message names the file and the reason."""
+
+
+class RunFolderLockedError(RuntimeError):
+    """Another live process is running in the same run folder."""
+
+
+def _reason(exc: BaseException, folder: Path) -> str:
+    """Why a write failed, in words: the OS error behind ``exc`` (torch wraps it in a RuntimeError), else the state
+    of the file system, else the exception's own message."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno).lower()
+        seen = seen.__cause__ or seen.__context__
+    try:
+        stats = os.statvfs(folder)
+        if stats.f_flag & os.ST_RDONLY:
+            return os.strerror(errno.EROFS).lower()
+        if stats.f_bavail * stats.f_frsize < _LOW_SPACE:
+            return os.strerror(errno.ENOSPC).lower()
+    except (OSError, AttributeError):  # no statvfs on this platform, or the folder is gone
+        pass
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def fsync_dir(folder: Path) -> None:
+    # Makes renames durable; not every platform can open a directory.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write(f)`` on a temporary file beside ``path``, flush it to disk and rename it to ``path``.
+
+    On any failure the temporary file is removed, ``path`` keeps its old content (or stays absent), and an OS-level
+    problem is raised as ``RunFolderError`` naming ``path``.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, RunFolderError):
+            raise RunFolderError(f"cannot write {path}: {_reason(exc, path.parent)}") from exc
+        raise
+    fsync_dir(path.parent)
+
+
+def file_digest(path: Path) -> tuple[str, int]:
+    """sha256 (hex) and size in bytes of a file."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def save_folder(folder: str | os.PathLike, save: Callable[[str], None]) -> None:
+    """Write a whole folder (``save(path)`` fills it, e.g. ``model.save_pretrained``) under a temporary name, add a
+    manifest of every file's size and sha256, then rename it over ``folder``."""
+    folder = Path(folder)
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    old = folder.with_name(f".{folder.name}.old")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save(str(tmp))
+        files = {}
+        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            with open(file, "rb+") as f:
+                os.fsync(f.fileno())
+            sha256, size = file_digest(file)
+            files[file.relative_to(tmp).as_posix()] = {"bytes": size, "sha256": sha256}
+        write_atomically(tmp / FOLDER_MANIFEST, lambda f: f.write(json.dumps({"files": files}, indent=1).encode()))
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        fsync_dir(folder.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, RunFolderError):
+            raise RunFolderError(f"cannot write {folder}: {_reason(exc, folder.parent)}") from exc
+        raise
+
+
+def folder_problem(folder: str | os.PathLike) -> str | None:
+    """``None`` when ``folder`` matches its manifest; otherwise what is wrong, in one sentence naming the file."""
+    from erl_envs.safe_parse import loads_json, read_text_limited
+
+    folder = Path(folder)
+    manifest = folder / FOLDER_MANIFEST
+    if not folder.is_dir():
+        return f"{folder} does not exist"
+    if not manifest.is_file():
+        return f"{folder} has no {FOLDER_MANIFEST}: it was not written completely"
+    try:
+        files = loads_json(read_text_limited(manifest, 1 << 20, "manifest"))["files"]
+        expected = {str(name): (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{manifest} is unreadable ({exc})"
+    for name, (size, sha256) in expected.items():
+        file = folder / name
+        if not file.is_file():
+            return f"{file} is missing"
+        if file_digest(file) != (sha256, size):
+            return f"{file} does not match {FOLDER_MANIFEST} (truncated or altered)"
+    return None
+
+
+class RunLock:
+    """An exclusive lock on a run folder, held for the run's life and released on any exit.
+
+    ``flock`` on ``FOLDER/.lock``: the kernel releases it when the process ends however it ends (kill -9 included),
+    so a lock file left behind by a dead process never blocks the next run. The file holds the owner's pid, for the
+    error message a second run gets.
+    """
+
+    def __init__(self, folder: str | os.PathLike):
+        import fcntl
+
+        self.path = Path(folder) / ".lock"
+        try:
+            self._file = open(self.path, "a+")
+        except OSError as exc:
+            raise RunFolderError(f"cannot create {self.path}: {_reason(exc, Path(folder))}") from exc
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._file.seek(0)
+            owner = self._file.read().strip() or "unknown"
+            self._file.close()
+            raise RunFolderLockedError(f"{Path(folder)} is in use by another run (pid {owner}); wait for it to "
+                                       "finish or choose another --output") from None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(f"{os.getpid()}\n")
+        self._file.flush()
+
+    def release(self) -> None:
+        if not self._file.closed:
+            self._file.close()  # closing the descriptor releases the flock

@@ -1,0 +1,134 @@
+"""JSON and YAML parsing with limits, for every file a user or a crash can hand us (data, levels, memories, configs,
+checkpoint manifests).
+
+``json.loads`` raises ``RecursionError`` on ``[[[[...]]]]`` nested a few thousand deep, turns ``1e400`` into
+``inf`` (which later breaks ``int()``) and accepts ``NaN``; ``yaml.safe_load`` has the same depth problem. Here each
+of those is refused as a ``json.JSONDecodeError`` (a ``ValueError``) that says what is wrong and where (line and
+column), so the loaders' existing ``except json.JSONDecodeError`` clauses report it against their file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "loads_json", "loads_yaml", "read_text_limited", "nesting_depth"]
+
+MAX_DEPTH = 100  # containers inside containers; real data files nest a handful deep
+
+_BRACKETS = re.compile(r'["\\\[\]{}]')
+
+
+class _NonFinite(ValueError):
+    def __init__(self, literal: str):
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _NonFinite(literal)
+    return value
+
+
+def _refuse_constant(literal: str) -> float:
+    raise _NonFinite(literal)
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and dicts nest inside ``value`` (a scalar is 0), without recursion; shared containers (YAML
+    aliases) are visited once, so an alias bomb costs no more than its text."""
+    deepest, seen, stack = 0, set(), [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, (list, dict)) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _too_deep_at(text: str, max_depth: int) -> int:
+    """The offset of the bracket that opens level ``max_depth + 1`` of a JSON text (0 when none is found)."""
+    depth, in_string, escaped = 0, False, False
+    for match in _BRACKETS.finditer(text):
+        char = match.group()
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                # An escape: the next character is taken literally, so an escaped quote does not end the string.
+                escaped = match.end() < len(text) and text[match.end()] in '"\\'
+                if escaped:
+                    continue
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > max_depth:
+                return match.start()
+        elif char in "]}":
+            depth -= 1
+    return 0
+
+
+def loads_json(text: str, *, max_depth: int = MAX_DEPTH, max_chars: int | None = None) -> Any:
+    """``json.loads`` refusing text longer than ``max_chars``, nesting deeper than ``max_depth``, numbers that
+    overflow a float and the non-standard ``NaN``/``Infinity``; every refusal is a ``json.JSONDecodeError`` whose
+    position points at the problem."""
+    if max_chars is not None and len(text) > max_chars:
+        raise json.JSONDecodeError(f"the text is {len(text)} characters long, more than the {max_chars} allowed",
+                                   text, max_chars)
+    try:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", text,
+                                   _too_deep_at(text, max_depth)) from None
+    except _NonFinite as exc:
+        place = max(text.find(exc.literal), 0)
+        raise json.JSONDecodeError(f"the number {exc.literal[:40]} is not a finite float", text, place) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer literal with more digits than Python converts
+        raise json.JSONDecodeError(str(exc).split(";")[0], text, 0) from None
+    if nesting_depth(value) > max_depth:
+        raise json.JSONDecodeError(f"nested deeper than {max_depth} levels", text, _too_deep_at(text, max_depth))
+    return value
+
+
+def loads_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``yaml.safe_load`` whose failures are one ``ValueError`` naming ``source`` and the line and column."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        place = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = exc.problem or exc.context or "not valid YAML"
+        raise ValueError(f"{source}: {place}not valid YAML ({problem})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: not valid YAML ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise ValueError(f"{source}: nested deeper than YAML can be read here (the limit is {max_depth} levels)") \
+            from None
+    if nesting_depth(value) > max_depth:
+        raise ValueError(f"{source}: nested deeper than {max_depth} levels")
+    return value
+
+
+def read_text_limited(path: str | os.PathLike, max_bytes: int, what: str = "file") -> str:
+    """The UTF-8 text of ``path``, refusing a file larger than ``max_bytes`` before reading it."""
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise ValueError(f"{os.fspath(path)}: {size} bytes is too large for a {what} (at most {max_bytes})")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
