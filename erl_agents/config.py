@@ -80,6 +80,7 @@ class TrainConfig:
     eval_top_p: float = 0.8
     eval_top_k: int = 20
     eval_set: str = "auto"  # auto: the paper's test set when ../shared has it and it fits env_kwargs; paper; seeded
+    allow_eval_overlap: bool = False  # let held-out evaluation ask training questions (HotpotQA); default: refuse
     # --- bookkeeping ---
     checkpoint_every: int = 10  # steps between checkpoints; 0 saves only at the end
     keep_checkpoints: int = 2

@@ -22,7 +22,10 @@ __all__ = [
     "Passage",
     "Question",
     "DataError",
+    "EvalOverlapError",
     "DATA_HELP",
+    "question_key",
+    "shared_questions",
     "load_questions",
     "load_corpus",
     "corpus_from_questions",
@@ -42,6 +45,26 @@ _FILE_KINDS = (".json", ".jsonl", ".parquet")
 
 class DataError(ValueError):
     """The questions or the corpus cannot be used; the message says which file/record and why."""
+
+
+class EvalOverlapError(DataError):
+    """Held-out evaluation would ask questions the policy is trained on."""
+
+
+def question_key(text: str) -> str:
+    """A question's text as compared across data sets: Unicode-folded, punctuation and articles dropped, spaces
+    squashed, so that the same question copied between files with other quotes or spacing still matches."""
+    from erl_envs.qa import normalize_answer
+    from erl_envs.search import fold_text
+
+    return normalize_answer(fold_text(text), "unicode")
+
+
+def shared_questions(train: Sequence["Question"], held_out: Sequence["Question"]) -> list["Question"]:
+    """The held-out questions that are also training questions, by id or by ``question_key``."""
+    ids = {q.id for q in train}
+    texts = {question_key(q.question) for q in train}
+    return [q for q in held_out if q.id in ids or question_key(q.question) in texts]
 
 
 @dataclass(frozen=True)
