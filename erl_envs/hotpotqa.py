@@ -35,8 +35,8 @@ PROTOCOLS = {
     "paper": dict(top_k=5, max_top_k=5, max_passage_chars=300),
     "extended": dict(top_k=5, max_top_k=10, max_passage_chars=600),
 }
-# A reply is read up to this many characters (the action space's max_length): parsing stays linear, so a flood of
-# text costs about what a grid step costs instead of seconds.
+# Only the last this-many characters of a reply are read (the action space's max_length): a 10 MB reply then costs
+# about what a grid step costs instead of seconds. The end is kept because that is where the answer is read from.
 MAX_REPLY_CHARS = 65_536
 
 # Bounds on what the env echoes back from the agent, so that every observation fits the observation space.
@@ -95,7 +95,8 @@ class HotpotQAEnv(gym.Env[str, str]):
     Questions come from real HotpotQA data or from an offline synthetic generator (``data="synthetic"``).
 
     ## Action Space
-    ``spaces.Text``: the agent's whole reply, read up to ``max_reply_chars`` (65,536) characters. A reply holding
+    ``spaces.Text``: the agent's whole reply, of which the last ``max_reply_chars`` (65,536) characters are read
+    (a longer reply's beginning is ignored, so a flood of text stays cheap). A reply holding
     tool calls is a search turn: ``<search>query</search>``, or the JSON call chat models emit,
     ``{"name": "search", "arguments": {"query": "...", "top_k": 3}}`` (bare, in ``<tool_call>`` tags or a code
     block; ``local_search``, the reference code's tool name, works too). Every call of the reply runs, in order (at
@@ -424,7 +425,7 @@ class HotpotQAEnv(gym.Env[str, str]):
             raise TypeError(f"an action is the agent's reply as a str, got {type(action).__name__}")
         question = self._question
         self._turn += 1
-        calls = parse_qa_calls(action[: self.max_reply_chars], self.answer_extraction)
+        calls = parse_qa_calls(action[-self.max_reply_chars:], self.answer_extraction)
         reward, terminated, truncated = 0.0, False, False
         info: dict[str, Any] = {"results": [], "took_effect": True, "num_calls": 0}
 

@@ -180,22 +180,23 @@ def test_unicode_huge_and_foreign_queries_stay_inside_the_observation_space():
     assert all(space.contains(s[0]) for s in steps)
 
 
-def test_replies_are_read_up_to_max_reply_chars_so_a_flood_costs_little():
+def test_only_the_last_max_reply_chars_of_a_reply_are_read_so_a_flood_costs_little():
     import time
 
     env = make()
     env.reset(options={"index": 0})
-    flood = "\\boxed{" + "x" * 10_000_000 + "}"  # 10 MB: read only up to MAX_REPLY_CHARS, where no box closes
+    flood = "\\boxed{" + "x " * 5_000_000 + "}"  # 10 MB: its box opens before the part that is read
     started = time.perf_counter()
     obs, reward, terminated, _, info = env.step(flood)
-    assert time.perf_counter() - started < 0.5  # uncapped, this took seconds
+    assert time.perf_counter() - started < 0.5  # uncapped, scoring the 10 MB answer took seconds
     assert terminated and info["answer"] is None and reward == 0.0
-    env.reset(options={"index": 0})
-    late = "x" * MAX_REPLY_CHARS + "<search>Dulind</search>"  # a call past the cap is never seen: an answer
-    assert env.step(late)[4]["action"] == "answer"
+    env.reset(options={"index": 1})
+    early = "<search>Dulind</search>" + "x" * MAX_REPLY_CHARS + "\\boxed{Marn River}"  # the call is not read
+    _, reward, terminated, _, info = env.step(early)
+    assert terminated and info["action"] == "answer" and info["answer"] == "Marn River"
     env = make(max_reply_chars=50)
     env.reset(options={"index": 0})
-    assert env.step("<search>Dulind</search>" + " " * 100)[4]["action"] == "search"
+    assert env.step(" " * 100 + "<search>Dulind</search>")[4]["action"] == "search"
 
 
 def test_every_tool_call_of_a_reply_runs_and_local_search_is_accepted():
