@@ -122,7 +122,7 @@ class EnvChecker(gym.Wrapper):
       budget minus it and never negative, ``parse_errors`` and ``no_effect_moves`` never fall, truncation happens
       exactly when the budget runs out, and only a solving step pays (exactly 1);
     * QA envs: ``turn`` grows by exactly 1, ``turns_left`` is ``max_turns - turn`` and never negative,
-      ``num_searches`` grows by 1 on a search and stays put otherwise, ``retrieved_titles`` only grows (earlier
+      ``num_searches`` grows by 1 to ``num_calls`` on a search and stays put otherwise, ``retrieved_titles`` only grows (earlier
       titles keep their order), truncation happens exactly when the turns run out, only the answering step pays,
       and a success pays 1.
     """
@@ -248,8 +248,10 @@ class EnvChecker(gym.Wrapper):
         left = info.get("turns_left")
         if left != env.max_turns - turn or not isinstance(left, int) or left < 0:
             self._fail(where, f"turns_left is {left!r} at turn {turn} of {env.max_turns}")
-        searched = 1 if info.get("action") == "search" else 0
-        if info.get("num_searches") != prev["num_searches"] + searched:
+        # Every tool call of a reply runs: a search step adds between 1 and num_calls searches.
+        calls = info.get("num_calls", 1) if info.get("action") == "search" else 0
+        grew = (info.get("num_searches") or 0) - prev["num_searches"]
+        if not (min(calls, 1) <= grew <= calls):
             self._fail(where, f"num_searches went from {prev['num_searches']} to {info.get('num_searches')!r} "
                               f"on a {info.get('action')!r} step")
         titles, before = info.get("retrieved_titles"), prev["retrieved_titles"]

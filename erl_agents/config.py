@@ -83,6 +83,7 @@ class TrainConfig:
     eval_top_p: float = 0.8
     eval_top_k: int = 20
     eval_set: str = "auto"  # auto: the paper's test set when ../shared has it and it fits env_kwargs; paper; seeded
+    allow_eval_overlap: bool = False  # let held-out evaluation ask training questions (HotpotQA); default: refuse
     # --- bookkeeping ---
     checkpoint_every: int = 10  # steps between checkpoints; 0 saves only at the end
     keep_checkpoints: int = 2
@@ -182,6 +183,7 @@ RULES: dict[str, Rule] = {
     "seed": Rule(int, f"in [0, {2**32 - 1}]", lambda v: 0 <= v < 2**32),
     "output": _text(resume="free"),
     "resume": _FREE_FLAG,
+    "allow_eval_overlap": _FREE_FLAG,
     "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
                            lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
                                          name.strip()), resume="free"),

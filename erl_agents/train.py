@@ -5,9 +5,12 @@ Examples::
     erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
     erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
     erl-train --config my_run.yaml --steps 50 --resume
-    # HotpotQA: train on one question set, evaluate on the paper's (its file has no passages: keep the corpus)
-    erl-train --env ERL-HotpotQA-v0 --preset paper-qwen3-4b --env-kwargs '{"data": "train.jsonl", "corpus": "wiki.jsonl"}' \
-        --eval-env-kwargs '{"data": "../shared/paper_tasks/hotpotqa_val_first1024.parquet"}'
+    # HotpotQA: train on one question set, evaluate on the paper's (its file has no passages: keep the corpus).
+    # Held-out questions that overlap the training ones (same id or normalised text), or no held-out data at all,
+    # stop the run with one error line unless --allow-eval-overlap is given. --env-kwargs replaces the preset's, so
+    # it repeats the paper's tool protocol and answer reading.
+    erl-train --env ERL-HotpotQA-v0 --preset paper-qwen3-4b --env-kwargs '{"data": "train.jsonl", "corpus": "wiki.jsonl",
+        "protocol": "paper", "answer_extraction": "paper"}' --eval-env-kwargs '{"data": "../shared/paper_tasks/hotpotqa_val_first1024.parquet"}'
     torchrun --nproc_per_node 8 -m erl_agents.train --preset paper-qwen3-4b --device cuda   # data parallel
 
 Every field of ``TrainConfig`` is a flag (``--tasks-per-step``; booleans also as ``--no-...``); precedence is

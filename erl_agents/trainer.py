@@ -40,7 +40,7 @@ from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_
 
 __all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes",
            "assign_advantages", "zero_variance_groups", "consecutive_bad_steps", "policy_update", "minibatch_plan",
-           "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env"]
+           "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env", "eval_overlap_problem"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
 
@@ -79,6 +79,30 @@ def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
     # JSON and YAML have no tuples; our envs take ranges such as size=(2, 4) as tuples.
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in env_kwargs.items()}
     return gym.make(env_id, **kwargs)
+
+
+def eval_overlap_problem(train_env: gym.Env, eval_env: gym.Env) -> str | None:
+    """Why held-out evaluation on ``eval_env`` would not be held out, or None when it is (or cannot tell).
+
+    Only envs with a fixed question list (``env.unwrapped.questions``, e.g. HotpotQA) can overlap: the grid envs'
+    held-out instances come from their own seeds or the paper's test files.
+    """
+    from erl_envs.hotpotqa_data import shared_questions
+
+    train = getattr(train_env.unwrapped, "questions", None)
+    held_out = getattr(eval_env.unwrapped, "questions", None)
+    if train is None or held_out is None:
+        return None
+    if train_env is eval_env:
+        return (f"held-out evaluation would ask the {len(train)} training questions: give it other questions with "
+                "--eval-env-kwargs '{\"data\": ...}' (e.g. ../shared/hotpotqa/dev_distractor_sample_dev.jsonl when "
+                "training on ..._train.jsonl), or pass --allow-eval-overlap to evaluate on training questions")
+    shared = shared_questions(train, held_out)
+    if not shared:
+        return None
+    return (f"{len(shared)} of the {len(held_out)} held-out questions are also training questions (same id or "
+            f"same normalised text, e.g. {shared[0].question[:80]!r}): evaluate on a disjoint split, or pass "
+            "--allow-eval-overlap to accept the overlap")
 
 
 def tiny_corpus(env: gym.Env, episodes: int = 200, seed: int = 0) -> list[str]:
@@ -598,6 +622,14 @@ class Trainer:
         if config.eval_env_kwargs:
             eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
             self.eval_envs = [make_env(config.env, eval_kwargs) for _ in range(pool)]
+        overlap = eval_overlap_problem(self.envs[0], self.eval_envs[0])
+        if overlap and not config.allow_eval_overlap:
+            from erl_envs.hotpotqa_data import EvalOverlapError
+
+            raise EvalOverlapError(overlap)
+        if overlap:
+            warnings.warn(f"evaluating on training questions (allow_eval_overlap is set): {overlap}", RuntimeWarning,
+                          stacklevel=2)
         resume_state = self._latest_state() if config.resume else None
         history = self._check_resume(resume_state) if resume_state is not None else []
         self.memory = None

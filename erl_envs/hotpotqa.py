@@ -24,12 +24,21 @@ from erl_envs.hotpotqa_data import (
     load_questions,
 )
 from erl_envs.memory import utf8_safe
-from erl_envs.qa import parse_qa_reply, qa_reward
+from erl_envs.qa import ANSWER_EXTRACTIONS, MAX_CALLS_PER_REPLY, SCORINGS, QAReply, parse_qa_calls, qa_reward
 from erl_envs.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer
 
-__all__ = ["HotpotQAEnv", "MODES"]
+__all__ = ["HotpotQAEnv", "MODES", "PROTOCOLS", "MAX_REPLY_CHARS"]
 
 MODES = ("open", "distractor")
+# How search results are shown. "paper": the reference code's retriever (at most 5 passages a call, each cut at 300
+# characters); "extended": this project's original, roomier default (5 by default, up to 10 a call, 600 characters).
+PROTOCOLS = {
+    "paper": dict(top_k=5, max_top_k=5, max_passage_chars=300),
+    "extended": dict(top_k=5, max_top_k=10, max_passage_chars=600),
+}
+# Only the last this-many characters of a reply are read (the action space's max_length): a 10 MB reply then costs
+# about what a grid step costs instead of seconds. The end is kept because that is where the answer is read from.
+MAX_REPLY_CHARS = 65_536
 
 # Bounds on what the env echoes back from the agent, so that every observation fits the observation space.
 _MAX_ECHO_CHARS = 200
@@ -87,12 +96,16 @@ class HotpotQAEnv(gym.Env[str, str]):
     Questions come from real HotpotQA data or from an offline synthetic generator (``data="synthetic"``).
 
     ## Action Space
-    ``spaces.Text``: the agent's whole reply. A reply holding a tool call is a search:
-    ``<search>query</search>``, or the JSON call chat models emit,
+    ``spaces.Text``: the agent's whole reply, of which the last ``max_reply_chars`` (65,536) characters are read
+    (a longer reply's beginning is ignored, so a flood of text stays cheap). A reply holding
+    tool calls is a search turn: ``<search>query</search>``, or the JSON call chat models emit,
     ``{"name": "search", "arguments": {"query": "...", "top_k": 3}}`` (bare, in ``<tool_call>`` tags or a code
-    block). A reply with no tool call is the final answer, read from its last ``\\boxed{...}`` (else the last
-    ``<answer>...</answer>``). A tool call that cannot be read (bad JSON, unknown tool, empty query) uses a turn and
-    the observation says what was wrong. Only the first tool call of a reply runs.
+    block; ``local_search``, the reference code's tool name, works too). Every call of the reply runs, in order (at
+    most ``qa.MAX_CALLS_PER_REPLY``, 8), and each one's result is its own block of the observation; the turn counts
+    once. A reply with no tool call is the final answer, read by ``answer_extraction``: ``"boxed"`` (default) takes
+    the last ``\\boxed{...}`` (else the last ``<answer>...</answer>``), ``"paper"`` the reference code's reading
+    (the first box, taken literally, with heuristics for unboxed replies). A tool call that cannot be read (bad
+    JSON, unknown tool, empty query) gets an error block instead of results.
 
     ## Observation Space
     ``spaces.Text`` over ``TEXT_CHARSET`` plus every character of the loaded questions and passages; echoed agent
@@ -104,7 +117,8 @@ class HotpotQAEnv(gym.Env[str, str]):
     ## Rewards
     Only the answering step is rewarded, as in the paper: 1.0 for a normalised exact match with a gold answer, else
     the token F1 when it is at least ``f1_threshold`` (0.3), else 0; a yes/no answer that does not match scores 0.
-    No answer, or running out of turns, scores 0.
+    Normalisation is the official HotpotQA one (``scoring="official"``); ``scoring="unicode"`` also drops Unicode
+    punctuation. No answer, or running out of turns, scores 0.
 
     ## Episode End
     Terminated when the agent answers (a reply with no tool call). Truncated when ``max_turns`` replies (5) have
@@ -112,8 +126,9 @@ class HotpotQAEnv(gym.Env[str, str]):
 
     ## Information
     Every step: ``task_id`` (question id), ``task_text`` (the question), ``turn``, ``turns_left``, ``action``
-    (``"search"``, ``"answer"`` or ``"invalid"``), ``num_searches``, ``retrieved_titles`` (all searches so far,
-    each title once), ``results`` (this search's hits: rank, id, title, score), ``feedback`` (one line),
+    (``"search"``, ``"answer"`` or ``"invalid"``), ``num_calls`` (tool calls in the reply), ``num_searches``,
+    ``retrieved_titles`` (all searches so far, each title once), ``results`` (this turn's hits, search by search:
+    rank, id, title, score), ``feedback`` (one line),
     ``took_effect`` (False for an unreadable tool call), ``retrieval_recall`` (share of the gold supporting passages
     retrieved so far; None when the data has no supporting facts) and ``gold_retrieved`` (all of them retrieved).
     The last step adds ``answer`` (the extracted answer or None), ``em``, ``f1``, ``success`` (= exact match),
@@ -130,10 +145,15 @@ class HotpotQAEnv(gym.Env[str, str]):
       dicts. Default: the union of the questions' own paragraphs, one per title.
     - ``mode``: ``"open"`` (one BM25 index over the whole corpus; the paper's setting) or ``"distractor"`` (an
       index over the question's own 10 paragraphs).
-    - ``max_turns=5``, ``top_k=5`` (passages per search when the call gives none), ``max_top_k=10`` (cap on a
-      call's ``top_k``), ``max_passage_chars=600`` (longer passages are cut), ``max_query_chars=300`` (longer
-      queries are cut), ``f1_threshold=0.3``.
-    - Index: ``k1=1.5``, ``b=0.75``, ``stopwords=False`` (drop English stop-words), ``tokenizer`` (a callable),
+    - ``max_turns=5``; ``protocol``: ``"extended"`` (default: ``top_k=5`` passages per search when the call gives
+      none, a call may ask for up to ``max_top_k=10``, passages cut at ``max_passage_chars=600``) or ``"paper"``
+      (the reference's retriever: at most 5 passages, cut at 300 characters; the ``paper-qwen3-4b`` preset's
+      choice); explicit ``top_k`` / ``max_top_k`` / ``max_passage_chars`` override the protocol's values.
+      ``max_query_chars=300`` (longer queries are cut), ``max_reply_chars=65536``, ``f1_threshold=0.3``.
+    - ``scoring``: ``"official"`` (HotpotQA's ``normalize_answer``) or ``"unicode"``; ``answer_extraction``:
+      ``"boxed"`` or ``"paper"`` (see Action Space).
+    - Index: ``k1=1.5``, ``b=0.75``, ``stopwords=False`` (drop English stop-words), ``fold_unicode=True`` (NFKC,
+      casefold and accents folded in passages and queries: "Zoe Saldana" finds "Zoë Saldaña"), ``tokenizer``,
       ``cache_dir`` (default ``$ERL_GYM_CACHE/bm25`` or ``~/.cache/erl_gym/bm25``; ``False`` for no disk cache).
     - ``instructions``: the system prompt (default ``prompts.QA_INSTRUCTIONS``); ``render_mode``: ``"ansi"`` or
       ``"human"``.
@@ -156,16 +176,21 @@ class HotpotQAEnv(gym.Env[str, str]):
 
     ## Paper fidelity
     Same as the paper: open-domain setting (the agent sees only the question), one search tool returning the top 5
-    passages with titles, up to 5 turns, the episode ends on a reply without a tool call, the answer read from
-    ``\\boxed{}``, the EM / F1 >= 0.3 / yes-no reward, success = exact match.
-    Departures: **BM25 retrieval instead of the paper's dense E5 retriever** (no model or GPU needed; lexical
-    search favours queries that name entities); the default corpus is the questions' own paragraphs rather than
-    the 2018 Wikipedia dump (pass ``corpus=`` with a passage dump for the paper's scale); passages are cut to
-    ``max_passage_chars``; the JSON tool call and ``<answer>`` forms are accepted as well; the per-step messages and
-    the episode feedback lines are this project's own wording, and the gold answer is never shown to the agent.
+    passages with titles, up to 5 turns, the episode ends on a reply without a tool call, the EM / F1 >= 0.3 /
+    yes-no reward with the official normalisation, success = exact match. With ``protocol="paper"`` and
+    ``answer_extraction="paper"`` (the paper preset): the reference's 5 results cut at 300 characters, every tool
+    call of a reply run, its tool name ``local_search``, and its reading of the answer.
+    Departures (docs/fidelity.md lists each with its switch): **BM25 retrieval instead of the paper's dense E5
+    retriever** (no model or GPU needed; lexical search favours queries that name entities); the default corpus is
+    the questions' own paragraphs rather than the 2018 Wikipedia dump (pass ``corpus=`` with a passage dump for the
+    paper's scale); the reference shows tool results as ``tool`` messages, here they are one user turn with a
+    block per call; ``<search>`` tags and ``<answer>`` are accepted as well; the system prompt, per-step messages
+    and episode feedback lines are this project's own wording, and the gold answer is never shown to the agent.
 
     ## Version History
-    - v0: initial version.
+    - v0: initial version; later within v0: official answer normalisation by default, every tool call of a reply
+      runs, ``local_search``, ``protocol``, ``answer_extraction``, ``max_reply_chars``, Unicode folding in the
+      index, ``ResetNeeded`` after the end.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
@@ -181,14 +206,19 @@ class HotpotQAEnv(gym.Env[str, str]):
         seed: int = 0,
         limit: int | None = None,
         max_turns: int = 5,
-        top_k: int = 5,
-        max_top_k: int = 10,
-        max_passage_chars: int = 600,
+        protocol: str = "extended",
+        top_k: int | None = None,
+        max_top_k: int | None = None,
+        max_passage_chars: int | None = None,
         max_query_chars: int = 300,
+        max_reply_chars: int = MAX_REPLY_CHARS,
+        scoring: str = "official",
+        answer_extraction: str = "boxed",
         f1_threshold: float = 0.3,
         k1: float = 1.5,
         b: float = 0.75,
         stopwords: bool = False,
+        fold_unicode: bool = True,
         tokenizer: Callable[[str], list[str]] | None = None,
         cache_dir: str | os.PathLike | bool | None = None,
         instructions: str | None = None,
@@ -196,11 +226,20 @@ class HotpotQAEnv(gym.Env[str, str]):
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        for name, value, allowed in (("protocol", protocol, tuple(PROTOCOLS)), ("scoring", scoring, SCORINGS),
+                                     ("answer_extraction", answer_extraction, ANSWER_EXTRACTIONS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+        shown = PROTOCOLS[protocol]
+        top_k = shown["top_k"] if top_k is None else top_k
+        max_top_k = shown["max_top_k"] if max_top_k is None else max_top_k
+        max_passage_chars = shown["max_passage_chars"] if max_passage_chars is None else max_passage_chars
         if mode == "distractor" and corpus is not None:
             raise ValueError("corpus= is only used in open mode; distractor mode searches each question's own "
                              "paragraphs")
         for name, value in (("max_turns", max_turns), ("top_k", top_k), ("max_top_k", max_top_k),
-                            ("max_passage_chars", max_passage_chars), ("max_query_chars", max_query_chars)):
+                            ("max_passage_chars", max_passage_chars), ("max_query_chars", max_query_chars),
+                            ("max_reply_chars", max_reply_chars)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if top_k > max_top_k:
@@ -210,13 +249,15 @@ class HotpotQAEnv(gym.Env[str, str]):
         self.mode = mode
         self.max_turns, self.top_k, self.max_top_k = max_turns, top_k, max_top_k
         self.max_passage_chars, self.max_query_chars = max_passage_chars, max_query_chars
+        self.max_reply_chars = max_reply_chars
+        self.protocol, self.scoring, self.answer_extraction = protocol, scoring, answer_extraction
         self.f1_threshold = f1_threshold
         self.render_mode = render_mode
         self.instructions = instructions if instructions is not None else prompts.instructions("qa")
         self.prompt_style = "qa"
         self._k1, self._b = k1, b
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(
-            stopwords=ENGLISH_STOPWORDS if stopwords else frozenset())
+            stopwords=ENGLISH_STOPWORDS if stopwords else frozenset(), fold=fold_unicode)
 
         key = self._source_key(data, corpus, split, num_questions, seed, limit)
         source = _SOURCES.get(key) if key is not None else None
@@ -298,10 +339,11 @@ class HotpotQAEnv(gym.Env[str, str]):
         question_obs = len("Question: \n") + src.max_question_chars + footer
         hit = len("[] (score )\n\n") + len(str(self.max_top_k)) + src.max_title_chars + _SCORE_CHARS \
             + self.max_passage_chars + len(_TRUNCATION_MARK)
-        search_obs = len('Search results for "" (no passage matched):\n') + self.max_query_chars \
-            + len(_TRUNCATION_MARK) + self.max_top_k * hit + footer
-        message_obs = 300 + 2 * _MAX_ECHO_CHARS + footer  # unreadable call / end of episode, with echoed text
-        return max(question_obs, search_obs, message_obs)
+        search_obs = len('Search results for "" (no passage matched):\n\n') + self.max_query_chars \
+            + len(_TRUNCATION_MARK) + self.max_top_k * hit
+        message_obs = 300 + 2 * _MAX_ECHO_CHARS  # unreadable call / end of episode, with echoed text
+        # A reply runs up to MAX_CALLS_PER_REPLY tool calls, each answered by its own block.
+        return max(question_obs, MAX_CALLS_PER_REPLY * max(search_obs, message_obs) + message_obs + footer)
 
     def _sanitize(self, text: str, max_chars: int) -> str:
         """Agent text fit to echo: characters outside the observation charset dropped, length capped."""
@@ -379,38 +421,35 @@ class HotpotQAEnv(gym.Env[str, str]):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self._done:
-            raise RuntimeError("the episode is over (or reset() was never called): call reset() first")
+            raise gym.error.ResetNeeded("the episode is over (or reset() was never called): call reset() first")
         if not isinstance(action, str):
             raise TypeError(f"an action is the agent's reply as a str, got {type(action).__name__}")
         question = self._question
         self._turn += 1
-        reply = parse_qa_reply(action)
+        calls = parse_qa_calls(action[-self.max_reply_chars:], self.answer_extraction)
         reward, terminated, truncated = 0.0, False, False
-        info: dict[str, Any] = {"action": reply.kind, "results": [], "took_effect": True}
+        info: dict[str, Any] = {"results": [], "took_effect": True, "num_calls": 0}
 
-        if reply.kind == "search":
-            query = reply.query.strip()[: self.max_query_chars]
-            k = min(max(reply.top_k if reply.top_k is not None else self.top_k, 1), self.max_top_k)
-            text, results = self._search(query, k)
-            self._searches += 1
-            self._retrieved.update((r["title"], None) for r in results)
-            info["results"] = results
-            top = f', top: "{self._sanitize(results[0]["title"], _MAX_ECHO_CHARS)}"' if results else ""
-            info["feedback"] = f'searched "{self._sanitize(query, 80)}": {len(results)} passages{top}'
-        elif reply.kind == "invalid":
-            error = self._sanitize(reply.error, _MAX_ECHO_CHARS)
-            text = f"Your reply could not be read: {error}.\n"
-            info["took_effect"] = False
-            info["feedback"] = f"unreadable tool call: {error}"
-        else:
-            score = qa_reward(reply.answer, question.answers, self.f1_threshold)
+        if calls[0].kind == "answer":
+            answer = calls[0].answer
+            score = qa_reward(answer, question.answers, self.f1_threshold, self.scoring)
             reward, terminated = score.reward, True
-            answer = reply.answer if reply.answer is None else utf8_safe(reply.answer)  # info must encode as UTF-8
-            info.update(answer=answer, em=score.em, f1=score.f1, success=score.em,
+            info.update(action="answer", answer=answer if answer is None else utf8_safe(answer), em=score.em, f1=score.f1, success=score.em,
                         gold_answers=list(question.answers))
-            info["episode_feedback"] = self._answer_feedback(reply.answer, score.em, score.f1)
+            info["episode_feedback"] = self._answer_feedback(answer, score.em, score.f1)
             info["feedback"] = info["episode_feedback"]
             text = f"Episode over: {info['episode_feedback']}"
+        else:
+            # Every tool call of the reply runs, in order; each one's result is its own block of the observation.
+            blocks, comments = [], []
+            for call in calls:
+                block, comment = self._run_call(call, info)
+                blocks.append(block)
+                comments.append(comment)
+            searched = any(call.kind == "search" for call in calls)
+            info.update(action="search" if searched else "invalid", took_effect=searched, num_calls=len(calls))
+            info["feedback"] = "; ".join(comments)
+            text = "\n".join(blocks)
 
         if not terminated and self._turn >= self.max_turns:
             truncated = True
@@ -428,6 +467,20 @@ class HotpotQAEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return text, reward, terminated, truncated, info
+
+    def _run_call(self, call: QAReply, info: dict[str, Any]) -> tuple[str, str]:
+        """One tool call: its block of the observation and its comment for the feedback line."""
+        if call.kind == "invalid":
+            error = self._sanitize(call.error, _MAX_ECHO_CHARS)
+            return f"Your tool call could not be read: {error}.\n", f"unreadable tool call: {error}"
+        query = call.query.strip()[: self.max_query_chars]
+        k = min(max(call.top_k if call.top_k is not None else self.top_k, 1), self.max_top_k)
+        text, results = self._search(query, k)
+        self._searches += 1
+        self._retrieved.update((r["title"], None) for r in results)
+        info["results"].extend(results)
+        top = f', top: "{self._sanitize(results[0]["title"], _MAX_ECHO_CHARS)}"' if results else ""
+        return text, f'searched "{self._sanitize(query, 80)}": {len(results)} passages{top}'
 
     def _answer_feedback(self, answer: str | None, em: bool, f1: float) -> str:
         if answer is None:

@@ -24,7 +24,10 @@ __all__ = [
     "Passage",
     "Question",
     "DataError",
+    "EvalOverlapError",
     "DATA_HELP",
+    "question_key",
+    "shared_questions",
     "load_questions",
     "load_corpus",
     "corpus_from_questions",
@@ -44,6 +47,26 @@ _FILE_KINDS = (".json", ".jsonl", ".parquet")
 
 class DataError(ValueError):
     """The questions or the corpus cannot be used; the message says which file/record and why."""
+
+
+class EvalOverlapError(DataError):
+    """Held-out evaluation would ask questions the policy is trained on."""
+
+
+def question_key(text: str) -> str:
+    """A question's text as compared across data sets: Unicode-folded, punctuation and articles dropped, spaces
+    squashed, so that the same question copied between files with other quotes or spacing still matches."""
+    from erl_envs.qa import normalize_answer
+    from erl_envs.search import fold_text
+
+    return normalize_answer(fold_text(text), "unicode")
+
+
+def shared_questions(train: Sequence["Question"], held_out: Sequence["Question"]) -> list["Question"]:
+    """The held-out questions that are also training questions, by id or by ``question_key``."""
+    ids = {q.id for q in train}
+    texts = {question_key(q.question) for q in train}
+    return [q for q in held_out if q.id in ids or question_key(q.question) in texts]
 
 
 @dataclass(frozen=True)
@@ -85,28 +108,43 @@ def _as_list(value: Any) -> list:
         return []
     if isinstance(value, (str, bytes, Mapping)):
         return [value]
-    if hasattr(value, "tolist"):
-        return list(value.tolist())
-    return list(value)
+    if hasattr(value, "tolist"):  # numpy arrays, and numpy scalars (whose tolist() is a plain int/float/str)
+        value = value.tolist()
+    if isinstance(value, (list, tuple, set)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
+        return list(value)
+    return [value]  # a scalar, e.g. a numeric answer: 1999
+
+
+def _answer_text(value: Any) -> str:
+    """A gold answer as text: numbers load as strings ("1999"; an integral float from a float column too)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # numpy scalar -> Python scalar
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
 
 
 def _paragraphs(context: Any, where: str) -> tuple[Passage, ...]:
     if context is None:
         return ()
     if isinstance(context, Mapping):  # Hugging Face layout: {"title": [...], "sentences": [[...], ...]}
-        pairs = zip(_as_list(context.get("title")), _as_list(context.get("sentences")))
+        titles, sentence_lists = _as_list(context.get("title")), _as_list(context.get("sentences"))
+        if len(titles) != len(sentence_lists):
+            raise DataError(f"{where}, field 'context': {len(titles)} titles but {len(sentence_lists)} sentence "
+                            "lists; each paragraph needs both")
+        pairs = list(zip(titles, sentence_lists))
     else:  # official layout: [[title, [sentences]], ...]
         pairs = []
         for item in _as_list(context):
             item = _as_list(item)
             if len(item) != 2:
-                raise DataError(f"{where}: a context entry must be [title, sentences], got {item!r:.120}")
+                raise DataError(f"{where}, field 'context': an entry must be [title, sentences], got {item!r:.120}")
             pairs.append((item[0], item[1]))
     paragraphs = []
     for title, sentences in pairs:
         sentences = _as_list(sentences)
         if not isinstance(title, str) or not all(isinstance(s, str) for s in sentences):
-            raise DataError(f"{where}: context titles and sentences must be strings, got {title!r:.80}")
+            raise DataError(f"{where}, field 'context': titles and sentences must be strings, got {title!r:.80}")
         # HotpotQA sentences carry their own leading spaces, so joining with "" restores the paragraph.
         paragraphs.append(Passage(id=title, title=title, text="".join(sentences).strip()))
     return tuple(paragraphs)
@@ -122,9 +160,15 @@ def _supporting_facts(facts: Any, where: str) -> tuple[tuple[str, int], ...]:
     out = []
     for pair in pairs:
         if len(pair) != 2:
-            raise DataError(f"{where}: a supporting fact must be [title, sentence index], got {pair!r:.80}")
+            raise DataError(f"{where}, field 'supporting_facts': an entry must be [title, sentence index], "
+                            f"got {pair!r:.80}")
         title, sent = pair
-        out.append((str(title), int(sent)))
+        if hasattr(sent, "item") and not isinstance(sent, (str, bytes)):
+            sent = sent.item()  # numpy integer from parquet
+        if isinstance(sent, bool) or not isinstance(sent, int) or sent < 0:
+            raise DataError(f"{where}, field 'supporting_facts': the sentence index of {str(title)!r:.80} must be a "
+                            f"whole number >= 0, got {sent!r:.40}")
+        out.append((str(title), sent))
     return tuple(out)
 
 
@@ -139,7 +183,7 @@ def question_from_record(record: Mapping[str, Any], position: int = 0, source: s
     answers: list[str] = []
     for key in ("answer", "answers", "ground_truth", "golden_answers"):
         if record.get(key) is not None:
-            answers = [str(a) for a in _as_list(record[key]) if str(a).strip()]
+            answers = [_answer_text(a) for a in _as_list(record[key]) if _answer_text(a).strip()]
             break
     if not answers:
         raise DataError(f"{where}: no gold answer; expected one of 'answer', 'answers', 'ground_truth', "

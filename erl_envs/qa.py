@@ -50,6 +50,21 @@ ANSWER_EXTRACTIONS = ("boxed", "paper")
 # Tool calls read from one reply, in order; later ones are ignored (each search costs a retrieval and its text).
 MAX_CALLS_PER_REPLY = 8
 _ASCII_PUNCTUATION = frozenset(string.punctuation)
+_DELETE_ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+class _DeleteAllPunctuation(dict):
+    """A ``str.translate`` table deleting ASCII and Unicode punctuation; learns each code point on first sight, so
+    normalising stays at C speed however long the text."""
+
+    def __missing__(self, code: int):
+        char = chr(code)
+        value = None if char in _ASCII_PUNCTUATION or unicodedata.category(char).startswith("P") else code
+        self[code] = value
+        return value
+
+
+_DELETE_ALL_PUNCTUATION = _DeleteAllPunctuation()
 
 # Answers that only match exactly: partial token overlap between "yes" and "no answer" is not partial credit.
 _CLOSED_ANSWERS = frozenset({"yes", "no", "noanswer"})
@@ -398,9 +413,9 @@ def normalize_answer(text: str, scoring: str = "official") -> str:
     """
     text = text.lower()
     if scoring == "official":
-        text = "".join(c for c in text if c not in _ASCII_PUNCTUATION)
+        text = text.translate(_DELETE_ASCII_PUNCTUATION)
     elif scoring == "unicode":
-        text = "".join(c for c in text if c not in _ASCII_PUNCTUATION and not unicodedata.category(c).startswith("P"))
+        text = text.translate(_DELETE_ALL_PUNCTUATION)
     else:
         raise ValueError(f"scoring must be one of {list(SCORINGS)}, got {scoring!r}")
     text = _ARTICLES.sub(" ", text)

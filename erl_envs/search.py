@@ -6,10 +6,12 @@ so that results can be checked against that reference. rank-bm25 scores a query 
 passage; here the per-(term, passage) weights are computed once into a term-major sparse matrix and a query is one
 sparse product, which is what makes a 100,000-passage corpus usable inside an environment step.
 
-A passage whose score is exactly 0 is never returned: its rank would be arbitrary. That is every passage sharing no
-term with the query, and also those sharing only terms found in exactly half the passages, whose idf is 0 under
-this formula (in a 2-passage corpus, every term found in one of them). Ties are broken by corpus position, so
-results are deterministic.
+Only passages with a positive score are returned. A passage scoring exactly 0 would have an arbitrary rank: that
+is every passage sharing no term with the query, and also those sharing only terms found in exactly half the
+passages, whose idf is 0 under this formula (in a 2-passage corpus, every term found in one of them). A negative
+score (possible in tiny corpora, where the idf floor ``epsilon * mean idf`` is itself negative) ranks *below* those
+zero-score passages, so returning it while leaving them out would misorder the results. Ties are broken by corpus
+position, so results are deterministic.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 import warnings
 import weakref
 import zipfile
@@ -28,7 +31,7 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ENGLISH_STOPWORDS", "Tokenizer", "BM25Index", "default_cache_dir", "passage_text"]
+__all__ = ["ENGLISH_STOPWORDS", "Tokenizer", "fold_text", "BM25Index", "default_cache_dir", "passage_text"]
 
 # Passages tokenised at a time while building.
 _BUILD_CHUNK = 1024
@@ -53,19 +56,44 @@ ENGLISH_STOPWORDS = frozenset(
 _WORD = re.compile(r"[^\W_]+")
 
 
+class _DropCombiningMarks(dict):
+    """A ``str.translate`` table that deletes combining marks; it learns each code point once, on first sight."""
+
+    def __missing__(self, code: int):
+        value = None if unicodedata.combining(chr(code)) else code
+        self[code] = value
+        return value
+
+
+_DROP_MARKS = _DropCombiningMarks()
+
+
+def fold_text(text: str) -> str:
+    """NFKC, casefold, then accents removed: "İstanbul" -> "istanbul", "Ｆｉｆａ" -> "fifa", "Zoë" -> "zoe"."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", unicodedata.normalize("NFD", text).translate(_DROP_MARKS))
+
+
 @dataclass(frozen=True)
 class Tokenizer:
     """The default tokeniser: Unicode word runs, lowercased, minus optional stop-words.
 
-    Any callable ``str -> list[str]`` can replace it; give it a ``cache_key`` string attribute (which must change
-    whenever its output would) to let indexes built with it be cached on disk.
+    ``fold=True`` first normalises the text (``fold_text``: NFKC, casefold, accents removed), so that a query typed
+    without accents or in another Unicode form finds the passage; off by default, where the scores equal
+    rank-bm25's over lowercased word runs. Any callable ``str -> list[str]`` can replace it; give it a ``cache_key``
+    string attribute (which must change whenever its output would) to let indexes built with it be cached on disk.
     """
 
     lowercase: bool = True
     stopwords: frozenset[str] = field(default_factory=frozenset)
+    fold: bool = False
 
     def __call__(self, text: str) -> list[str]:
-        if self.lowercase:
+        if self.fold:
+            text = fold_text(text)
+        elif self.lowercase:
             text = text.lower()
         tokens = _WORD.findall(text)
         if self.stopwords:
@@ -76,7 +104,7 @@ class Tokenizer:
     @property
     def cache_key(self) -> str:
         stop = hashlib.sha256("\n".join(sorted(self.stopwords)).encode()).hexdigest()[:16]
-        return f"words-v1:lower={self.lowercase}:stop={stop}"
+        return f"words-v1:lower={self.lowercase}:stop={stop}" + (":fold=nfkc-casefold-noaccents" if self.fold else "")
 
 
 def passage_text(passage: Any) -> str:
@@ -239,7 +267,7 @@ class BM25Index:
         return self._score_rows(list(queries)).toarray()
 
     def search(self, query: str, k: int = 5) -> list[tuple[Hashable, float]]:
-        """The ``k`` best passages as ``(id, score)``, best first; fewer when fewer passages match."""
+        """The ``k`` best passages as ``(id, score)``, best first; fewer when fewer passages score above 0."""
         return self.search_batch([query], k)[0]
 
     def search_batch(self, queries: Iterable[str], k: int = 5) -> list[list[tuple[Hashable, float]]]:
@@ -358,7 +386,10 @@ class BM25Index:
 
 
 def _top_k(docs: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """The k best (position, score) pairs, best first, ties to the earlier position."""
+    """The k best (position, score) pairs with a positive score, best first, ties to the earlier position."""
+    positive = scores > 0
+    if not positive.all():
+        docs, scores = docs[positive], scores[positive]
     if len(scores) > k:
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
         keep = scores >= kth  # may hold more than k when scores tie at the boundary; the sort below settles it

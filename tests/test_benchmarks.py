@@ -61,10 +61,60 @@ def test_results_files_are_well_formed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 8 and tuple(rows[0]) == compare.CSV_FIELDS
     table = files["table"].read_text()
-    # Mean +- sample std over the two seeds of the last evaluation, with the paper's Qwen3-4B number beside it.
-    assert "| FrozenLake | 0.35 ± 0.07 (paper 0.86) | 0.55 ± 0.07 (paper 0.94) |" in table
+    # Mean +- sample std over the two seeds of the last evaluation. The tiny model is not the paper's protocol: no
+    # paper number beside it, and the table says what differs.
+    assert "| FrozenLake | 0.35 ± 0.07 (paper: other protocol) | 0.55 ± 0.07 (paper: other protocol) |" in table
+    assert "- FrozenLake: no paper number beside these runs; they differ in model 'tiny'" in table
     assert "| task | RLVR | ERL |" in table
     assert files["curves_FrozenLake"].read_bytes().startswith(PNG_MAGIC)
+
+
+def test_paper_numbers_stand_beside_runs_that_follow_the_papers_protocol(tmp_path):
+    settings = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    settings.update(envs=["ERL-FrozenLake-v0"], methods=["rlvr", "erl"], seeds=[0, 1], steps=2)
+    table = compare.write_results(_fake_runs(), settings, tmp_path, "test")["table"].read_text()
+    assert "| FrozenLake | 0.35 ± 0.07 (paper 0.86) | 0.55 ± 0.07 (paper 0.94) |" in table
+    assert "- FrozenLake: the paper's protocol" in table
+    settings["trainer"] = {**settings["trainer"], "ppo_mini_batch_size": 0, "eval_samples": 2}
+    table = compare.write_results(_fake_runs(), settings, tmp_path, "test")["table"].read_text()
+    assert "(paper 0.86)" not in table and "eval_samples 2 (paper 4); ppo_mini_batch_size 0 (paper 64)" in table
+
+
+def _hotpotqa_settings(train, held_out, **trainer):
+    return _settings(envs=["ERL-HotpotQA-v0"], methods=["rlvr"], seeds=[0], preset="cpu-tiny",
+                     trainer=dict(env_kwargs={"data": str(train), "mode": "distractor"},
+                                  eval_env_kwargs={"data": str(held_out)} if held_out else {}, **trainer))
+
+
+def test_hotpotqa_comparison_refuses_held_out_questions_that_are_training_questions(hotpotqa_sample, capsys):
+    train, dev = hotpotqa_sample / "dev_distractor_sample_train.jsonl", hotpotqa_sample / "dev_distractor_sample_dev.jsonl"
+    for held_out in (train, None):
+        with pytest.raises(ValueError, match="allow-eval-overlap"):
+            compare.check_settings(_hotpotqa_settings(train, held_out))
+    assert compare.check_settings(_hotpotqa_settings(train, dev)) == []
+    assert compare.check_settings(_hotpotqa_settings(train, train, allow_eval_overlap=True)) == []
+    # The command line: one error line, before anything runs.
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--quick", "--envs", "ERL-HotpotQA-v0", "--output", "unused", "--set",
+                      f"env_kwargs={{'data': '{train}'}}", f"eval_env_kwargs={{'data': '{train}'}}"])
+    assert stop.value.code == 2 and "300 of the 300 held-out questions" in capsys.readouterr().err
+    # The paper config does too, once its data is local (its hf: specs are checked by the trainer at load time).
+    paper = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    paper["env_trainer"]["ERL-HotpotQA-v0"].update(env_kwargs={"data": str(train), "protocol": "paper"},
+                                                   eval_env_kwargs={"data": str(train)})
+    with pytest.raises(ValueError, match="held-out questions are also training questions"):
+        compare.check_settings(paper)
+    paper["env_trainer"]["ERL-HotpotQA-v0"]["eval_env_kwargs"] = {"data": str(dev)}
+    assert compare.check_settings(paper) == []
+
+
+@pytest.mark.slow
+def test_quick_hotpotqa_comparison_on_a_disjoint_split_runs(tmp_path, hotpotqa_sample):
+    train, dev = hotpotqa_sample / "dev_distractor_sample_train.jsonl", hotpotqa_sample / "dev_distractor_sample_dev.jsonl"
+    assert compare.main(["--quick", "--envs", "ERL-HotpotQA-v0", "--methods", "rlvr", "--output", str(tmp_path),
+                         "--set", f"env_kwargs={{'data': '{train}', 'mode': 'distractor'}}",
+                         f"eval_env_kwargs={{'data': '{dev}'}}"]) == 0
+    assert "HotpotQA" in (tmp_path / "table.md").read_text()
 
 
 def test_one_seed_shows_the_value_without_std():

@@ -375,7 +375,8 @@ def test_a_failed_reset_names_the_problem_and_leaves_nothing_half_played(env_id,
 HOSTILE_TOOL_CALLS = [
     ('{"name": "search", "arguments": {"query": "x", "top_k": 1e999}}', "top_k must be a whole number"),
     ('{"name": "search", "arguments": {"query": "x", "top_k": ' + "9" * 5000 + "}}", "a number is too long"),
-    ('{"name": "search", "arguments": {"query": ' + "[" * 100_000 + "]" * 100_000 + "}}", "nested too deeply"),
+    # (30,000 deep, so the whole call lies within the last MAX_REPLY_CHARS characters the env reads of a reply)
+    ('{"name": "search", "arguments": {"query": ' + "[" * 30_000 + "]" * 30_000 + "}}", "nested too deeply"),
     ('<tool_call>{"name": "search", "arguments": ' + "[" * 50_000 + "</tool_call>", "nested too deeply"),
     ('{"name": "search", "arguments": "' + "[" * 50_000 + '"}', "arguments are not valid JSON"),
 ]

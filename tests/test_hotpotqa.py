@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import erl_envs  # noqa: F401  (registers the envs)
 from erl_envs import prompts, protocol
-from erl_envs.hotpotqa import HotpotQAEnv
+from erl_envs.hotpotqa import MAX_REPLY_CHARS, HotpotQAEnv
 from erl_envs.hotpotqa_data import DataError
 from erl_envs.search import BM25Index
 
@@ -137,7 +137,7 @@ def test_running_out_of_turns_truncates_with_zero_reward():
     assert (reward, terminated, truncated) == (0.0, False, True)
     assert info["episode_feedback"].startswith("ran out of turns") and not info["success"]
     assert info["num_searches"] == 3 and "Episode over" in obs
-    with pytest.raises(RuntimeError, match="call reset"):
+    with pytest.raises(gym.error.ResetNeeded, match="call reset"):  # the same error as the grid envs
         env.step("\\boxed{too late}")
 
 
@@ -160,7 +160,7 @@ def test_malformed_calls_use_a_turn_without_effect():
                           ("<search></search>", "empty"),
                           ('{"name": "browse", "arguments": {"query": "x"}}', "unknown tool")]:
         obs, reward, terminated, truncated, info = env.step(reply)
-        assert obs.startswith("Your reply could not be read") and reason in obs
+        assert obs.startswith("Your tool call could not be read") and reason in obs
         assert not info["took_effect"] and info["action"] == "invalid" and reward == 0.0
     assert info["turn"] == 3 and info["num_searches"] == 0
     with pytest.raises(TypeError, match="reply as a str"):
@@ -170,7 +170,7 @@ def test_malformed_calls_use_a_turn_without_effect():
 def test_unicode_huge_and_foreign_queries_stay_inside_the_observation_space():
     env = make()
     space = env.observation_space
-    steps = play(env, ["<search>Zürich Café 東京</search>", "<search>" + "Dulind " * 100_000 + "</search>",
+    steps = play(env, ["<search>Zürich Café 東京</search>", "<search>" + "Dulind " * 9_000 + "</search>",
                        "<search>🦜🦜 parrot ☃ Dulind</search>", "\\boxed{" + "🦜" * 5000 + "}"],
                  options={"index": 0})
     assert steps[1][4]["results"][0]["title"] == "Zürich Café"
@@ -178,6 +178,65 @@ def test_unicode_huge_and_foreign_queries_stay_inside_the_observation_space():
     assert "🦜" not in steps[3][0] and "Dulind" in steps[3][0]  # characters outside the charset are dropped
     assert "🦜" not in steps[4][0] and steps[4][2]
     assert all(space.contains(s[0]) for s in steps)
+
+
+def test_only_the_last_max_reply_chars_of_a_reply_are_read_so_a_flood_costs_little():
+    import time
+
+    env = make()
+    env.reset(options={"index": 0})
+    flood = "\\boxed{" + "x " * 5_000_000 + "}"  # 10 MB: its box opens before the part that is read
+    started = time.perf_counter()
+    obs, reward, terminated, _, info = env.step(flood)
+    assert time.perf_counter() - started < 0.5  # uncapped, scoring the 10 MB answer took seconds
+    assert terminated and info["answer"] is None and reward == 0.0
+    env.reset(options={"index": 1})
+    early = "<search>Dulind</search>" + "x" * MAX_REPLY_CHARS + "\\boxed{Marn River}"  # the call is not read
+    _, reward, terminated, _, info = env.step(early)
+    assert terminated and info["action"] == "answer" and info["answer"] == "Marn River"
+    env = make(max_reply_chars=50)
+    env.reset(options={"index": 0})
+    assert env.step(" " * 100 + "<search>Dulind</search>")[4]["action"] == "search"
+
+
+def test_every_tool_call_of_a_reply_runs_and_local_search_is_accepted():
+    env = make()
+    env.reset(options={"index": 0})
+    reply = ('<tool_call>{"name": "local_search", "arguments": {"query": "Osk Works"}}</tool_call>\n'
+             '<tool_call>{"name": "search", "arguments": {"query": "Dulind"}}</tool_call>'
+             '<tool_call>{"name": "browse", "arguments": {}}</tool_call>')
+    obs, _, _, _, info = env.step(reply)
+    assert info["num_searches"] == 2 and info["num_calls"] == 3 and info["turn"] == 1 and info["took_effect"]
+    first, second = obs.index('Search results for "Osk Works"'), obs.index('Search results for "Dulind"')
+    assert first < second < obs.index("Your tool call could not be read: unknown tool 'browse'")
+    assert len(obs) <= env.observation_space.max_length
+
+
+def test_paper_protocol_shows_five_passages_cut_at_300_characters():
+    long_text = " ".join(["word"] * 500)
+    data = [{"question": "Q about words?", "answer": "x",
+             "context": [[f"Long {i}", [long_text + f" w{i}"]] for i in range(8)] + [["Other", ["zzz"]]]}]
+    env = make(data=data, protocol="paper")
+    assert (env.unwrapped.top_k, env.unwrapped.max_top_k, env.unwrapped.max_passage_chars) == (5, 5, 300)
+    obs, _, _, _, info = play(env, ['{"name": "search", "arguments": {"query": "word", "top_k": 10}}'])[-1]
+    assert len(info["results"]) == 5
+    passage_line = obs.split("\n")[2]
+    assert passage_line.endswith(" ...") and len(passage_line) <= 304
+    assert make(data=data).unwrapped.max_top_k == 10  # the extended protocol: up to 10, cut at 600
+    with pytest.raises(ValueError, match="protocol"):
+        make(protocol="verl")
+
+
+def test_scoring_and_answer_extraction_switches():
+    data = [{"question": "How much?", "answer": "$10.5 million"}]
+    env = make(data=data, mode="open", corpus=[{"id": "p", "title": "T", "text": "ten million"}])
+    env.reset(options={"index": 0})
+    assert env.step("\\boxed{10.5 million}")[1] == 1.0  # official scoring: ASCII punctuation is dropped
+    env = make(data=data, mode="open", corpus=[{"id": "p", "title": "T", "text": "t"}], answer_extraction="paper")
+    env.reset(options={"index": 0})
+    assert env.step("It is \\boxed{10.5 million} or \\boxed{other}")[4]["answer"] == "10.5 million"
+    with pytest.raises(ValueError, match="scoring"):
+        make(scoring="fancy")
 
 
 def test_long_passages_are_cut_and_still_fit():

@@ -70,7 +70,12 @@ def test_question_only_records_and_answer_aliases():
         ({"question": "Q?"}, "no gold answer"),
         ({"question": "Q?", "answer": ""}, "no gold answer"),
         ({"question": "Q?", "answer": "x", "context": [["only a title"]]}, "must be [title, sentences]"),
-        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", 0, 9]]}, "supporting fact"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", 0, 9]]}, "field 'supporting_facts'"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", "zero"]]}, "whole number >= 0, got 'zero'"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": {"title": ["t"], "sent_id": [-1]}}, "whole number"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", 1.5]]}, "field 'supporting_facts'"),
+        ({"question": "Q?", "answer": "x", "context": {"title": ["a", "b", "c"], "sentences": [["s"], ["t"]]}},
+         "3 titles but 2 sentence lists"),
         ("not a dict", "expected an object"),
     ],
 )
@@ -78,6 +83,20 @@ def test_bad_records_name_the_record_and_problem(record, message):
     with pytest.raises(DataError, match="record 3") as err:
         question_from_record(record, 3, "mine.jsonl")
     assert message in str(err.value) and "mine.jsonl" in str(err.value)
+
+
+def test_numeric_answers_load_as_strings(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    assert question_from_record({"question": "Q?", "answer": 1999}).answers == ("1999",)
+    assert question_from_record({"question": "Q?", "answers": [3, 4.0, "x"]}).answers == ("3", "4", "x")
+    path = tmp_path / "numbers.parquet"
+    pd.DataFrame({"question": ["When?", "How many?"], "answer": np.array([1999, 7], dtype=np.int64)}).to_parquet(path)
+    assert [q.answers for q in load_questions(str(path))] == [("1999",), ("7",)]
+    facts = {"title": np.array(["t"]), "sent_id": np.array([2], dtype=np.int64)}
+    assert question_from_record({"question": "Q?", "answer": "a", "supporting_facts": facts}).supporting_facts == (
+        ("t", 2),)
 
 
 # ------------------------------------------------------------------------------------------------ sources

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
 from erl_envs import search
-from erl_envs.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer, default_cache_dir
+from erl_envs.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer, default_cache_dir, fold_text
 
 TOKENIZE = Tokenizer()
 
@@ -86,7 +86,7 @@ def test_search_top_k_matches_reference_order():
     reference = BM25Okapi([TOKENIZE(t) for t in texts])
     for q in ["w3 w9 w44", "w100 common", "w5"]:
         ref = reference.get_scores(TOKENIZE(q))
-        expected = sorted(np.flatnonzero(ref), key=lambda i: (-ref[i], i))[:10]
+        expected = sorted(np.flatnonzero(ref > 0), key=lambda i: (-ref[i], i))[:10]
         assert [pid for pid, _ in index.search(q, 10)] == expected
 
 
@@ -237,3 +237,30 @@ def test_default_cache_dir_follows_env_var(tmp_path, monkeypatch):
     assert default_cache_dir() == tmp_path / "bm25"
     monkeypatch.delenv("ERL_GYM_CACHE")
     assert default_cache_dir().parts[-3:] == (".cache", "erl_gym", "bm25")
+
+
+def test_search_never_returns_a_passage_ranked_below_one_it_leaves_out():
+    # "a" is in 4 of 5 passages: its idf floor is negative here, so those 4 score below the zero-score "d".
+    index = BM25Index(["a b c"] * 4 + ["d"])
+    assert index.scores("a")[0] < 0 == index.scores("a")[4]
+    assert index.search("a") == []
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # tiny random corpora, where negative floors are common
+        texts = [" ".join(rng.choice(list("abcde"), rng.integers(1, 4))) for _ in range(rng.integers(1, 6))]
+        index = BM25Index(texts)
+        query = " ".join(rng.choice(list("abcdef"), 2))
+        scores = index.scores(query)
+        hits = index.search(query, k=len(texts))
+        returned = {pid for pid, _ in hits}
+        left_out = [scores[i] for i in range(len(texts)) if i not in returned]
+        assert all(score > max(left_out, default=-np.inf) for _, score in hits)
+
+
+def test_folding_tokenizer_normalises_unicode_and_is_off_by_default():
+    assert Tokenizer()("İstanbul") == ["i", "stanbul"]  # lower() gives i + a combining dot, which splits the word
+    assert Tokenizer(fold=True)("İstanbul Zoë ＦＩＦＡ Straße") == ["istanbul", "zoe", "fifa", "strasse"]
+    assert fold_text("Ångström café") == "angstrom cafe"
+    assert Tokenizer(fold=True).cache_key != Tokenizer().cache_key
+    texts = ["Zoë Saldaña acted", "Other text here", "More words", "Still more"]
+    assert BM25Index(texts, tokenizer=Tokenizer(fold=True)).search("zoe saldana")[0][0] == 0
+    assert BM25Index(texts).search("zoe saldana") == []

@@ -240,3 +240,36 @@ def test_mini_batch_schedule_and_minibatches_cannot_both_be_set():
         _config(ppo_mini_batch_size=8, minibatches=2)
     with pytest.raises(ValueError, match="clip_ratio_c"):
         _config(clip_ratio_c=1.0)
+
+
+def test_held_out_hotpotqa_questions_must_not_be_training_questions(tmp_path, hotpotqa_sample, capsys):
+    from erl_agents.train import main
+
+    train = str(hotpotqa_sample / "dev_distractor_sample_train.jsonl")
+    dev = str(hotpotqa_sample / "dev_distractor_sample_dev.jsonl")
+    base = ["--preset", "cpu-tiny", "--env", "ERL-HotpotQA-v0", "--output", str(tmp_path / "run"), "--steps", "1",
+            "--env-kwargs", json.dumps({"data": train, "mode": "distractor"}), "--no-progress"]
+    # No held-out data: evaluation would draw the training questions themselves.
+    assert main(base + ["--eval-env-kwargs", "{}"]) == 2
+    # The same file again, and a copy with other ids and re-spaced question text: both overlap.
+    copy = tmp_path / "copy.jsonl"
+    records = [json.loads(line) for line in open(train)][:20]
+    copy.write_text("".join(json.dumps(dict(r, id=f"other-{k}", question="  " + r["question"].upper())) + "\n"
+                            for k, r in enumerate(records)))
+    for data in (train, str(copy)):
+        assert main(base + ["--eval-env-kwargs", json.dumps({"data": data})]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and all(e.startswith("erl-train: error: ") for e in errors)
+    assert "training questions" in errors[0] and "20 of the 20 held-out questions" in errors[2]
+    assert "--allow-eval-overlap" in errors[1]
+    # A disjoint split is accepted; so is an overlap the user allows explicitly (with a warning).
+    flags = dict(preset="cpu-tiny", env="ERL-HotpotQA-v0", output=str(tmp_path / "ok"), progress=False,
+                 env_kwargs={"data": train, "mode": "distractor"})
+    from erl_agents.trainer import eval_overlap_problem, make_env
+
+    assert eval_overlap_problem(make_env("ERL-HotpotQA-v0", {"data": train}),
+                                make_env("ERL-HotpotQA-v0", {"data": dev})) is None
+    Trainer(build_config(flags=dict(flags, eval_env_kwargs={"data": dev})))
+    with pytest.warns(RuntimeWarning, match="allow_eval_overlap"):
+        Trainer(build_config(flags=dict(flags, output=str(tmp_path / "allowed"), eval_env_kwargs={},
+                                        allow_eval_overlap=True)))
