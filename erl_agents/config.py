@@ -41,6 +41,8 @@ class TrainConfig:
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
+    memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)
+    memory_slots: int = 1024  # slots of the pool memory; each episode takes the next slot in turn (paper code: 1,024)
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
     distill_coef: float = 1.0  # weight of the reverse_kl consolidation term
     # --- sampling ---
@@ -122,6 +124,7 @@ class TrainConfig:
             "precision": ("auto", "bf16", "fp32"),
             "backend": ("auto", "gloo", "nccl"),
             "tiny_grid_tokens": ("cell", "row"),
+            "memory": ("single", "pool"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -129,7 +132,7 @@ class TrainConfig:
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         for name in ("steps", "tasks_per_step", "n_rlvr", "n_erl", "max_new_tokens", "micro_batch_size",
-                     "ppo_epochs", "minibatches", "eval_samples", "max_seq_len"):
+                     "ppo_epochs", "minibatches", "eval_samples", "max_seq_len", "memory_slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.clip_low < 1 or self.clip_high < 0:
@@ -208,6 +211,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=5,
         eval_samples=4,
         eval_set="auto",
+        memory="pool",
         checkpoint_every=10,
         device="cuda",
         dtype="bfloat16",
@@ -215,8 +219,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
+def _paper_sokoban_training() -> dict[str, Any]:
+    """The paper preset's Sokoban data: its 10,000 train layouts when the shared folder has them, else our generator
+    (which follows their room-size mix and never produces a test layout)."""
+    from erl_envs.paper_tasks import shared_paper_file
+
+    train = shared_paper_file("sokoban_train.parquet")
+    return dict(eval_set="paper", **({"env_kwargs": {"levels": str(train)}} if train is not None else {}))
+
+
 # Per-env adjustments of a preset, applied right after it.
 ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
+    # The paper's test sets ship with erl_envs, so the paper preset always evaluates on them for the grid games.
+    ("paper-qwen3-4b", "ERL-FrozenLake-v0"): dict(eval_set="paper"),
+    ("paper-qwen3-4b", "ERL-Sokoban-v0"): _paper_sokoban_training(),
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
     # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small
     # entropy bonus: without them the policy collapses onto its first guesses before it can read the board

@@ -554,20 +554,26 @@ class Trainer:
     # --- setup ---
 
     def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
-        from erl_envs.memory import ReflectionMemory
+        from erl_envs.memory import PoolMemory, ReflectionMemory, memory_from_dict
         from erl_envs.reflection import ReflectionWrapper
 
         cfg = self.config
         saved = resume_state.get("memory") if resume_state is not None else None
-        self.memory = ReflectionMemory.from_dict(saved) if saved is not None else ReflectionMemory()
+        if saved is not None:
+            self.memory = memory_from_dict(saved)
+        else:
+            self.memory = PoolMemory(cfg.memory_slots) if cfg.memory == "pool" else ReflectionMemory()
         reflector = None
         if cfg.reflector in ("rule", "plan"):
             from erl_envs.reflectors import RuleReflector
 
             reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
-        return [ReflectionWrapper(env, memory=self.memory, gate_threshold=cfg.gate_threshold,
+        # A pool gives each wrapper a handle; every episode takes the pool's next slot (see PoolMemory).
+        memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
+        return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
-                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection) for env in self.envs]
+                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection)
+                for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
         cfg = self.config
@@ -594,7 +600,11 @@ class Trainer:
         cfg = self.config
         if cfg.eval_set in ("auto", "paper"):
             folder = os.environ.get("ERL_PAPER_TASKS", "")
-            tasks = paper_tasks(cfg.env, folder) if folder and os.path.isdir(folder) else None
+            have_folder = bool(folder) and os.path.isdir(folder)
+            # "paper" falls back to the test sets shipped with erl_envs; "auto" only uses a folder it is given.
+            tasks = None
+            if have_folder or cfg.eval_set == "paper":
+                tasks = paper_tasks(cfg.env, folder if have_folder else None)
             if tasks is not None:
                 return tasks[: cfg.eval_tasks]
             if cfg.eval_set == "paper":
@@ -720,7 +730,7 @@ class Trainer:
         row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
         row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
         if self.memory is not None:
-            row["memory/set"] = float(bool(self.memory.get()))
+            row["memory/set"] = float(len(self.memory) > 0)
         return row
 
     def _evaluate(self, sampling: SamplingParams, row: dict) -> dict:
@@ -746,6 +756,8 @@ class Trainer:
         rank's is kept, as if the ranks' episodes had run one after another; the update counts add up."""
         from erl_envs.memory import ReflectionMemory
 
+        if not isinstance(self.memory, ReflectionMemory):
+            return  # a pool's slots stay per rank: each rank is its own set of workers
         states = self.world.gather((self.memory.updates - updates_before, self.memory.to_dict()))
         stored = [state for count, state in states if count > 0]
         if not stored:

@@ -257,8 +257,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     reflection); ``base_prompt_from_memory``; ``same_start`` (attempt 2 began with attempt 1's first observation).
 
     ## Memory
-    ``memory`` (a ``ReflectionMemory``, ``RetrievalMemory`` or anything with ``get(task_text)`` and
-    ``update(prompt, task_text)``) may be shared by many wrappers. It is read only as the base of a reflection,
+    ``memory`` (a ``ReflectionMemory``, ``RetrievalMemory``, a ``PoolMemory.handle()`` or anything with
+    ``get(task_text)`` and ``update(prompt, task_text)``; an optional ``start_episode()`` is called at every reset)
+    may be shared by many wrappers. It is read only as the base of a reflection,
     never on attempt 1, and written with the reflection's prompt when attempt 2 succeeds (the env's ``success``,
     else ``r2 >= memory_threshold``) and the prompt really came from the reflection (not from a fallback).
 
@@ -417,6 +418,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         # Kept pristine and handed out as copies: an env that edits its options in place must not change attempt 2.
         self._options = _copy_options(options)
         obs, env_info = self.env.reset(seed=episode_seed, options=_copy_options(options))
+        start_episode = getattr(self.memory, "start_episode", None)
+        if start_episode is not None:  # a PoolMemory handle takes this episode's slot
+            start_episode()
         self._episode_seed = episode_seed
         self._task_id = protocol.task_id_of(env_info, episode_seed)
         task_text = env_info.get("task_text")

@@ -1,10 +1,13 @@
 """Random Sokoban levels with a guaranteed, solver-checked optimal solution length.
 
-The default settings reproduce the ERL paper's distribution: a square room of side n ~ U{6, 7, 8} (walls
-included) with an open interior, one box and one goal, the player, box and goal on distinct uniformly random cells,
-kept only if the fewest-moves solution has at most 8 moves. Sampling placements uniformly and rejecting gives every
-accepted layout the same probability, which is what the paper's data show: its train set holds exactly the 1,136
-valid 6x6 layouts, deduplicated (see ``tests/test_sokoban_generator.py``).
+The default settings follow the ERL paper's train set: a square room of side 6, 7 or 8 (walls included) in the
+proportions of that set (``PAPER_SIZE_WEIGHTS``: 11.36 / 37.95 / 50.69%), an open interior, one box and one goal,
+the player, box and goal on distinct uniformly random cells, kept only if the fewest-moves solution has at most 8
+moves. Within a size, sampling placements uniformly and rejecting gives every accepted layout the same probability,
+as the paper's data suggest: its train set holds exactly the 1,136 valid 6x6 layouts, deduplicated (see
+``tests/test_sokoban_generator.py``). It is not the reference's sampler (whose train set is a deduplicated draw):
+a seed gives other levels, and levels repeat across draws; the env keeps the paper's test layouts out of training
+(``SokobanTextEnv(exclude=...)``).
 
 Harder settings (several boxes, interior walls, longer solutions) use *reverse play* instead: boxes start on their
 goals and the player walks backwards pulling them, so every candidate is solvable by construction; the solver then
@@ -19,6 +22,7 @@ of seeds).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -35,10 +39,14 @@ __all__ = [
     "check_generation_settings",
     "GenerationError",
     "PAPER_SIZES",
+    "PAPER_SIZE_WEIGHTS",
     "PLACEMENTS",
 ]
 
 PAPER_SIZES = (6, 7, 8)
+# Rooms of each side in the paper's 10,000-layout train set: 1,136 of 6x6, 3,795 of 7x7, 5,069 of 8x8.
+PAPER_SIZE_WEIGHTS = (0.1136, 0.3795, 0.5069)
+_PAPER_SIZE_CUTS = (0.1136, 0.1136 + 0.3795)
 PLACEMENTS = ("auto", "uniform", "reverse")
 # A room with interior walls costs more to build than a candidate costs to check, so a few candidates share one.
 _CANDIDATES_PER_ROOM = 8
@@ -316,7 +324,8 @@ def generate_level(
 
     Arguments:
         rng: the only source of randomness (an env passes ``self.np_random``); an int seeds a new generator.
-        size: ``None`` for the paper's n ~ U{6, 7, 8} square rooms, an int n for n x n, or ``(height, width)``;
+        size: ``None`` for the paper's train mix of 6x6, 7x7 and 8x8 rooms (``PAPER_SIZE_WEIGHTS``), an int n
+            for n x n, or ``(height, width)``;
             sizes include the wall border.
         num_boxes: boxes (and goals) in the level.
         interior_walls: fraction of interior cells turned into walls, always keeping the floor connected.
@@ -379,8 +388,10 @@ def _generate(
         raise ValueError(f"max_tries must be at least 1, got {max_tries}")
 
     # The size is drawn once, not per try: redrawing it would favour the sizes whose candidates pass more often.
-    # (rng.integers(3) is the very draw rng.choice(PAPER_SIZES) makes, at a fraction of its cost.)
-    height, width = shape if shape is not None else (PAPER_SIZES[int(rng.integers(len(PAPER_SIZES)))],) * 2
+    if shape is None:
+        side = PAPER_SIZES[bisect_right(_PAPER_SIZE_CUTS, rng.random())]
+        shape = (side, side)
+    height, width = shape
     cells = (height - 2) * (width - 2)
     table = None
     if (
