@@ -225,13 +225,15 @@ def _paper_sokoban_training() -> dict[str, Any]:
     from erl_envs.paper_tasks import shared_paper_file
 
     train = shared_paper_file("sokoban_train.parquet")
-    return dict(eval_set="paper", **({"env_kwargs": {"levels": str(train)}} if train is not None else {}))
+    levels = {"levels": str(train)} if train is not None else {}
+    return dict(eval_set="paper", env_kwargs={"prompts": "paper", **levels})
 
 
 # Per-env adjustments of a preset, applied right after it.
 ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
-    # The paper's test sets ship with erl_envs, so the paper preset always evaluates on them for the grid games.
-    ("paper-qwen3-4b", "ERL-FrozenLake-v0"): dict(eval_set="paper"),
+    # The paper preset plays the grid games with the paper's prompt set (the envs' default action format is already
+    # the paper's) and evaluates on the paper's test sets, which ship with erl_envs.
+    ("paper-qwen3-4b", "ERL-FrozenLake-v0"): dict(eval_set="paper", env_kwargs={"prompts": "paper"}),
     ("paper-qwen3-4b", "ERL-Sokoban-v0"): _paper_sokoban_training(),
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
     # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small

@@ -113,7 +113,7 @@ class SokobanTextEnv(GridTextEnv):
     (``"sokoban-"`` + sha1 of the XSB rows), ``task_text``) and: ``boxes_on_target``, ``num_boxes``, ``deadlock``
     (a box off-goal in a corner: the level can no longer be solved), ``level_key`` (sha1 of the level's XSB text,
     ``SokobanLevel.key``), ``level_index`` (position in the collection, else ``None``), ``position`` (the player's
-    (row, col)). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
+    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
     ``"tried Left, did not move (wall or blocked push)"`` or ``"could not parse the action"``. The last step adds
     ``episode_feedback``: ``Solved the puzzle.``, ``Hit the max step limit before solving the puzzle.`` or ``No
     valid actions: ...``. ``optimal_steps`` is the solver's fewest moves from the start (``None`` if the level is
@@ -158,6 +158,7 @@ class SokobanTextEnv(GridTextEnv):
     * v0: initial version.
     """
 
+    game_name = "Sokoban"
     symbol_presets = SOKOBAN_SYMBOLS
     level_options = frozenset({"level", "level_index", *GENERATOR_OPTIONS})
     task_prefix = "sokoban"
@@ -189,6 +190,7 @@ class SokobanTextEnv(GridTextEnv):
         reveal_rules: bool = False,
         instructions: str | None = None,
         action_format: str = "paper",
+        prompts: str = "lenient",
         exclude: str | Sequence[Any] | None = "paper-test",
     ):
         self.levels = self._load_collection(levels)
@@ -218,6 +220,7 @@ class SokobanTextEnv(GridTextEnv):
             reveal_rules=reveal_rules,
             instructions=instructions,
             action_format=action_format,
+            prompts=prompts,
         )
         # Every cell is drawn as the same characters around its symbol, so a board is its empty room's text with one
         # character replaced per box and for the player (see _render_grid).
@@ -439,6 +442,8 @@ class SokobanTextEnv(GridTextEnv):
             "level_key": self._level_key,
             "level_index": self._level_index,
             "position": self._player,
+            "boxes": tuple(sorted(self._boxes)),
+            "goals": tuple(sorted(self._level.targets)),
         }
 
     # ------------------------------------------------------------------ read-only views for tools and tests
