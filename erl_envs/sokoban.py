@@ -11,7 +11,7 @@ from erl_envs.actions import ACTION_NAMES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import SOKOBAN_SYMBOLS, SymbolSet
 from erl_envs.paper_tasks import sokoban_test_keys
-from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, sample_level
+from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, open_room_moves, sample_level
 from erl_envs.sokoban_levels import PUSHED, SokobanLevel, apply_move, check_playable, load_levels, parse_level
 from erl_envs.sokoban_solver import corner_cells, solution_stats
 
@@ -237,6 +237,7 @@ class SokobanTextEnv(GridTextEnv):
         self._room = _EmptyRoom(frozenset(), (), b"", b"", ())
         self._line_width = 0
         self._level_key = ""
+        self._goals: tuple = ()
         self._rooms: dict[tuple, _EmptyRoom] = {}
 
     @staticmethod
@@ -289,6 +290,7 @@ class SokobanTextEnv(GridTextEnv):
 
     def _new_level(self, options: dict) -> None:
         generator_keys = sorted(set(GENERATOR_OPTIONS) & set(options))
+        room = key = None
         index = None
         optimal = None  # known up front only for generated levels
         if "level" in options:
@@ -323,7 +325,11 @@ class SokobanTextEnv(GridTextEnv):
                     )
             for _ in range(_EXCLUDED_REDRAWS):
                 level, optimal = sample_level(self.np_random, max_states=self.solver_max_states, **settings)
-                if not self._exclude or _level_key(level, self._empty_room(level)) not in self._exclude:
+                if not self._exclude:
+                    break
+                room = self._empty_room(level)
+                key = _level_key(level, room)
+                if key not in self._exclude:
                     break
             else:
                 raise ValueError(f"{_EXCLUDED_REDRAWS} generated levels in a row were in exclude=; the settings "
@@ -336,9 +342,13 @@ class SokobanTextEnv(GridTextEnv):
         self._level_optimal = self._solve(level) if optimal is None else optimal
         self._player = level.player
         self._boxes = level.boxes
-        self._room = self._empty_room(level)
+        if room is None or key is None:  # not already built by the exclusion check
+            room = self._empty_room(level)
+            key = _level_key(level, room)
+        self._room = room
         self._line_width = level.width * self._cell_width + 1
-        self._level_key = _level_key(level, self._room)
+        self._level_key = key
+        self._goals = tuple(sorted(level.targets))
 
     def _empty_room(self, level: SokobanLevel) -> _EmptyRoom:
         key = (level.height, level.width, level.walls, level.floor, level.targets)
@@ -385,7 +395,11 @@ class SokobanTextEnv(GridTextEnv):
         if key not in self._optimal_cache:
             if len(self._optimal_cache) >= _OPTIMAL_CACHE_SIZE:
                 self._optimal_cache.clear()
-            self._optimal_cache[key] = solution_stats(level, max_states=self.solver_max_states).moves
+            # The paper's layouts (one box, open room) are looked up in the generator's table instead of searched.
+            moves = open_room_moves(level)
+            if moves == -1:
+                moves = solution_stats(level, max_states=self.solver_max_states).moves
+            self._optimal_cache[key] = moves
         return self._optimal_cache[key]
 
     def _apply_move(self, action: GridAction) -> MoveOutcome:
@@ -442,8 +456,8 @@ class SokobanTextEnv(GridTextEnv):
             "level_key": self._level_key,
             "level_index": self._level_index,
             "position": self._player,
-            "boxes": tuple(sorted(self._boxes)),
-            "goals": tuple(sorted(self._level.targets)),
+            "boxes": tuple(self._boxes) if len(self._boxes) == 1 else tuple(sorted(self._boxes)),
+            "goals": self._goals,
         }
 
     # ------------------------------------------------------------------ read-only views for tools and tests

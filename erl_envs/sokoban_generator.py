@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from erl_envs.actions import MOVES, GridAction
-from erl_envs.sokoban_levels import Cell, SokobanLevel
+from erl_envs.sokoban_levels import Cell, SokobanLevel, trusted_level
 from erl_envs.sokoban_solver import solution_stats
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "PAPER_SIZES",
     "PAPER_SIZE_WEIGHTS",
     "PLACEMENTS",
+    "open_room_moves",
 ]
 
 PAPER_SIZES = (6, 7, 8)
@@ -141,7 +142,15 @@ def _checked_settings(size, num_boxes, interior_walls, min_moves, max_moves, min
     return shape, placement
 
 
+_checked_settings_cached = lru_cache(maxsize=256)(_checked_settings)
+
+
 @lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
+def _open_floor(height: int, width: int) -> frozenset[Cell]:
+    return frozenset(_interior(height, width))
+
+
 def _border(height: int, width: int) -> frozenset[Cell]:
     return frozenset((r, c) for r in range(height) for c in range(width) if r in (0, height - 1) or c in (0, width - 1))
 
@@ -303,6 +312,24 @@ def _open_room_moves(rows: int, cols: int) -> _OpenRoomMoves:
     return _OpenRoomMoves(rows, cols)
 
 
+def open_room_moves(level: SokobanLevel) -> int | None:
+    """Fewest moves of a one-box level in an open rectangular room, from the table (no search), or -1 when the
+    level is not of that kind (the caller then searches). ``None`` means unsolvable, as for the solver."""
+    h, w = level.height, level.width
+    if (len(level.boxes) != 1 or (h - 2) * (w - 2) > _TABLE_MAX_CELLS or level.walls != _border(h, w)
+            or level.floor != _open_floor(h, w)):
+        return -1
+    cols = w - 2
+
+    def index(cell: Cell) -> int:
+        return (cell[0] - 1) * cols + cell[1] - 1
+
+    (box,), (goal,) = level.boxes, level.targets
+    if box == goal:
+        return 0
+    return _open_room_moves(h - 2, cols).moves(index(level.player), index(box), index(goal))
+
+
 def _interior_wall_count(interior_walls: float, cells: int) -> int:
     return int(round(interior_walls * cells))
 
@@ -381,9 +408,13 @@ def _generate(
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (e.g. env.np_random) or an int seed, got {type(rng).__name__}")
-    shape, placement = _checked_settings(
-        size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement
-    )
+    settings = (size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement)
+    try:  # an env checks the same settings at every reset
+        shape, placement = _checked_settings_cached(*settings)
+    except TypeError as err:
+        if "unhashable" not in str(err):
+            raise
+        shape, placement = _checked_settings(*settings)
     if max_tries < 1:
         raise ValueError(f"max_tries must be at least 1, got {max_tries}")
 
@@ -415,7 +446,9 @@ def _generate(
                 tally.too_short += 1
             else:
                 boxes, goals = frozenset([floor[box]]), frozenset([floor[goal]])
-                return SokobanLevel(height, width, walls, boxes, goals, floor[player]), moves, None
+                # An open room: every interior cell is floor, and the three cells are distinct interior cells.
+                level = trusted_level(height, width, walls, boxes, goals, floor[player], _open_floor(height, width))
+                return level, moves, None
             continue
         if placement == "uniform":
             level = _uniform_candidate(rng, height, width, walls, floor, num_boxes)

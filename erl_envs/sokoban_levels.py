@@ -135,6 +135,17 @@ class SokobanLevel:
         return "\n".join(self.to_xsb())
 
 
+def trusted_level(height: int, width: int, walls: frozenset[Cell], boxes: frozenset[Cell], targets: frozenset[Cell],
+                  player: Cell, floor: frozenset[Cell]) -> SokobanLevel:
+    """A level built without the checks, for a generator that guarantees them by construction (distinct cells on
+    ``floor``, the floor the player reaches, walls inside the grid): an env's reset then skips a flood fill."""
+    level = object.__new__(SokobanLevel)
+    for name, value in (("height", height), ("width", width), ("walls", walls), ("boxes", boxes),
+                        ("targets", targets), ("player", player), ("name", ""), ("floor", floor)):
+        object.__setattr__(level, name, value)
+    return level
+
+
 def _validate(level: SokobanLevel) -> frozenset[Cell]:
     """Check a level and return its floor (the cells reachable from the player through non-wall cells)."""
     h, w = level.height, level.width

@@ -202,3 +202,15 @@ def test_room_size_follows_the_paper_train_mix():
         u = np.random.default_rng(seed).random()
         expected = 6 if u < 0.1136 else 7 if u < 0.1136 + 0.3795 else 8
         assert generate_level(np.random.default_rng(seed))[0].height == expected
+
+
+def test_open_room_table_agrees_with_the_solver_on_the_paper_layouts():
+    from erl_envs.paper_tasks import sokoban_test_layouts
+    from erl_envs.sokoban_generator import open_room_moves
+    from erl_envs.sokoban_levels import parse_level
+
+    for rows in sokoban_test_layouts():
+        level = parse_level(rows)
+        assert open_room_moves(level) == solution_stats(level, method="bfs").moves
+    # Not an open one-box room: the caller must search.
+    assert open_room_moves(parse_level(["#######", "#@$ $.#", "#  . ##", "#######"])) == -1
