@@ -147,10 +147,18 @@ PAPER_SET = {
         "FrozenLake": _PAPER_REMINDER.format(extra=""),
         "Sokoban": _PAPER_REMINDER.format(extra=_SOKOBAN_PUSH_RULE),
     },
-    # Per-step lines that differ from the lenient set (the others are shared: not solved, steps remaining, the
-    # no-effect and parse-error notices of FrozenLake).
+    # Per-step lines that differ from the lenient set (the others are shared: not solved, steps remaining).
     "step": {
+        "FrozenLake": {
+            "no_effect": "Your last action had no effect: your position did not change. Check your reasoning, the "
+                         "action you chose and the reply format: only the next action inside triple backticks, "
+                         "e.g. ```Up```.",
+            "parse_error": "No valid action was read from your last reply, so nothing happened. Put only the next "
+                           "action inside triple backticks, e.g. ```Up```.",
+        },
         "Sokoban": {
+            "parse_error": "No valid move was read from your last reply, so nothing happened. Give a valid direction "
+                           "(Up, Down, Left or Right) inside triple backticks, e.g. ```Up```.",
             "no_effect": "Your last move had no effect: you probably walked into a wall or pushed a box that is "
                          "blocked. Give a valid direction: Up, Down, Left or Right.",
             "some_no_effect": "Some of your last moves had no effect: walls and blocked boxes stop you.",
