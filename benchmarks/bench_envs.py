@@ -1,17 +1,20 @@
 """Benchmark the text grid envs against Gymnasium's FrozenLake, and Sokoban level generation.
 
-    python benchmarks/bench_envs.py            # full run (about a minute)
+    python benchmarks/bench_envs.py            # full run (a minute or two)
     python benchmarks/bench_envs.py --quick    # a smoke run of a few seconds
 
 Env throughput is steps per second of ``step`` plus a text render, with uniformly random valid actions and a reset
 whenever an episode ends (so reset cost, including level generation, is part of it); the table also splits the time
-into microseconds per step (+ render) and per reset. The baseline is Gymnasium's
-``FrozenLake-v1`` (``render_mode="ansi"``, ``is_slippery=False``, ``render()`` called after every step); our envs
-return their text as the observation, so they are only stepped. All envs are built with ``gymnasium.make`` (same
-wrappers). Each figure is the best of ``--repeats`` runs, taken round robin over the envs, which suppresses noise
-from other processes. Generation
-is levels per second of ``erl_envs.sokoban_generator.generate_level`` for each setting. Results also go to
-benchmarks/results/envs.md.
+into microseconds per step (+ render) and per reset. The baseline is Gymnasium's ``FrozenLake-v1``
+(``render_mode="ansi"``, ``is_slippery=False``, ``render()`` called after every step); our envs return their text as
+the observation, so they are only stepped. All envs are built with ``gymnasium.make`` (same wrappers) and play the
+paper's protocol (``action_format="paper"``, the replies are ``format_action``'s triple-backtick moves).
+
+Timing is interleaved: ``--windows`` rounds, each running every env for ``--window`` steps in turn (every env keeps
+its episode going from one window to the next), and each env's figure sums all its windows. Load from other
+processes then falls on every env alike instead of on whichever env's block it hit; the table also gives the
+spread of the per-round ratios to the baseline. Generation is levels per second of
+``erl_envs.sokoban_generator.generate_level`` for each setting. Results also go to benchmarks/results/envs.md.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import erl_envs  # noqa: E402,F401  (registers the ERL env ids)
 from erl_envs.actions import format_action  # noqa: E402
+from erl_envs.paper_tasks import shared_paper_file, sokoban_test_layouts  # noqa: E402
 
 # Gymnasium's default FrozenLake map, for a row that leaves out our level generation.
 GYM_4X4 = ["SFFF", "FHFH", "FFFH", "HFFG"]
@@ -45,66 +49,92 @@ GENERATION_SETTINGS = [
 ]
 
 
-def env_throughput(
-    env: gym.Env, actions: list, steps: int, render: bool, options: dict | None = None, seed: int = 0
-) -> tuple[float, float, float, float]:
-    """(steps/s including resets, us per step + render, us per reset, mean episode length) over random actions."""
-    rng = np.random.default_rng(seed)
-    plan = [actions[i] for i in rng.integers(len(actions), size=steps)]
-    env.reset(seed=seed, options=options)
-    episodes = 0
-    in_reset = 0.0
-    clock = time.perf_counter
-    start = clock()
-    for action in plan:
-        _, _, terminated, truncated, _ = env.step(action)
-        if render:
-            env.render()
-        if terminated or truncated:
-            t = clock()
-            env.reset(options=options)
-            in_reset += clock() - t
-            episodes += 1
-    elapsed = clock() - start
-    episodes = max(episodes, 1)
-    return steps / elapsed, (elapsed - in_reset) / steps * 1e6, in_reset / episodes * 1e6, steps / episodes
+class _Runner:
+    """One env under test: random valid actions, auto-reset, and the time spent stepping and resetting."""
+
+    def __init__(self, env: gym.Env, actions: list, render: bool, options: dict | None, seed: int = 0):
+        self.env, self.actions, self.render, self.options = env, actions, render, options
+        self.rng = np.random.default_rng(seed)
+        self.env.reset(seed=seed, options=options)
+        self.steps = self.episodes = 0
+        self.elapsed = self.in_reset = 0.0
+
+    def window(self, steps: int) -> float:
+        """Run ``steps`` steps; return their wall time."""
+        env, actions, options, render = self.env, self.actions, self.options, self.render
+        plan = [actions[i] for i in self.rng.integers(len(actions), size=steps)]
+        clock = time.perf_counter
+        in_reset = 0.0
+        start = clock()
+        for action in plan:
+            _, _, terminated, truncated, _ = env.step(action)
+            if render:
+                env.render()
+            if terminated or truncated:
+                t = clock()
+                env.reset(options=options)
+                in_reset += clock() - t
+                self.episodes += 1
+        elapsed = clock() - start
+        self.steps += steps
+        self.elapsed += elapsed
+        self.in_reset += in_reset
+        return elapsed
 
 
-def env_rows(steps: int, repeats: int) -> list[str]:
+def env_cases() -> list[tuple]:
+    """(row name, env id, make kwargs, actions, render each step, reset options)."""
     text_actions = [format_action(a) for a in range(4)]
-    # (row name, env id, make kwargs, actions, render each step, reset options)
     cases = [("Gymnasium FrozenLake-v1 (ansi render)", "FrozenLake-v1",
               dict(render_mode="ansi", is_slippery=False), [0, 1, 2, 3], True, None),
-             ("ERL-FrozenLake-v0", "ERL-FrozenLake-v0", {}, text_actions, False, None),
+             ("ERL-FrozenLake-v0 (paper generator, the default)", "ERL-FrozenLake-v0", {}, text_actions, False, None),
+             ("ERL-FrozenLake-v0, generator=\"feasible\"", "ERL-FrozenLake-v0", {"generator": "feasible"},
+              text_actions, False, None),
              ("ERL-FrozenLake-v0, fixed 4x4 map (no generation, like the baseline)", "ERL-FrozenLake-v0", {},
               text_actions, False, {"map": GYM_4X4}),
-             ("ERL-Sokoban-v0", "ERL-Sokoban-v0", {}, text_actions, False, None)]
-    envs, skipped = {}, {}
-    for name, env_id, kwargs, *_ in cases:
+             ("ERL-Sokoban-v0 (generator: paper size mix, test layouts excluded; the default)", "ERL-Sokoban-v0", {},
+              text_actions, False, None),
+             ("ERL-Sokoban-v0, the paper's 100 test layouts (packaged)", "ERL-Sokoban-v0",
+              {"levels": ["\n".join(rows) for rows in sokoban_test_layouts()]}, text_actions, False, None)]
+    train = shared_paper_file("sokoban_train.parquet")
+    if train is not None:
+        cases.append(("ERL-Sokoban-v0, the paper's 10,000 train layouts (sokoban_train.parquet)", "ERL-Sokoban-v0",
+                      {"levels": str(train)}, text_actions, False, None))
+    return cases
+
+
+def env_rows(window: int, windows: int) -> list[str]:
+    cases = env_cases()
+    runners, skipped = {}, {}
+    for name, env_id, kwargs, actions, render, options in cases:
         try:
-            envs[name] = gym.make(env_id, **kwargs)
+            runners[name] = _Runner(gym.make(env_id, **kwargs), actions, render, options)
         except Exception as err:  # noqa: BLE001  (a missing env is a row of the table, not a crash)
             skipped[name] = f"{type(err).__name__}: {err}"
-    # Round robin over the envs, keeping each one's best run: a burst of load from other processes then slows
-    # one run of every env rather than every run of one env.
-    best: dict[str, tuple[float, ...]] = {}
-    for _ in range(repeats):
-        for name, _, _, actions, render, options in cases:
-            if name in envs:
-                run = env_throughput(envs[name], actions, steps, render, options)
-                best[name] = max(best.get(name, run), run, key=lambda r: r[0])
-    for env in envs.values():
-        env.close()
-    rows = ["| env | steps/s | ratio to baseline | us per step + render | us per reset | mean episode length |",
-            "|---|---|---|---|---|---|"]
-    baseline = best[cases[0][0]][0] if cases[0][0] in best else None
+    baseline_name = cases[0][0]
+    ratios: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(windows):
+        times = {name: runner.window(window) for name, runner in runners.items()}
+        for name, seconds in times.items():
+            if baseline_name in times:
+                ratios[name].append(times[baseline_name] / seconds)
+    for runner in runners.values():
+        runner.env.close()
+    rows = ["| env | steps/s | ratio to baseline | per-round ratio (min-max) | us per step + render | us per reset "
+            "| mean episode length |",
+            "|---|---|---|---|---|---|---|"]
+    baseline = runners[baseline_name].steps / runners[baseline_name].elapsed if baseline_name in runners else None
     for name, *_ in cases:
         if name in skipped:
-            rows.append(f"| {name} | skipped: not available ({skipped[name]}) | | | | |")
-        else:
-            rate, step_us, reset_us, length = best[name]
-            ratio = f"{rate / baseline:.2f}" if baseline else "n/a"
-            rows.append(f"| {name} | {rate:,.0f} | {ratio} | {step_us:.2f} | {reset_us:.2f} | {length:.2f} |")
+            rows.append(f"| {name} | skipped: not available ({skipped[name]}) | | | | | |")
+            continue
+        r = runners[name]
+        rate = r.steps / r.elapsed
+        episodes = max(r.episodes, 1)
+        ratio = f"{rate / baseline:.2f}" if baseline else "n/a"
+        spread = f"{min(ratios[name]):.2f}-{max(ratios[name]):.2f}" if ratios[name] else "n/a"
+        rows.append(f"| {name} | {rate:,.0f} | {ratio} | {spread} | {(r.elapsed - r.in_reset) / r.steps * 1e6:.2f} "
+                    f"| {r.in_reset / episodes * 1e6:.2f} | {r.steps / episodes:.2f} |")
     return rows
 
 
@@ -141,12 +171,12 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--steps", type=int, default=None, help="steps per env run (default 30,000; quick 5,000)")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per env, best kept (default 5; quick 1)")
+    parser.add_argument("--window", type=int, default=None, help="steps per env per round (default 2,000; quick 500)")
+    parser.add_argument("--windows", type=int, default=None, help="rounds over all envs (default 40; quick 4)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "envs.md")
     args = parser.parse_args(argv)
-    steps = args.steps or (5_000 if args.quick else 30_000)
-    repeats = args.repeats or (1 if args.quick else 5)
+    window = args.window or (500 if args.quick else 2_000)
+    windows = args.windows or (4 if args.quick else 40)
     gen_seconds, gen_levels = (1.0, 200) if args.quick else (10.0, 5_000)
 
     command = "python benchmarks/bench_envs.py" + (" --quick" if args.quick else "")
@@ -156,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         f"Generated by `{command}`.",
         f"Machine: {machine()}.",
         "",
-        f"## Step + text render, random valid actions, auto-reset ({steps:,} steps, best of {repeats})",
+        f"## Step + text render, random valid actions, auto-reset ({windows} interleaved rounds of {window:,} steps "
+        f"per env)",
         "",
-        *env_rows(steps, repeats),
+        *env_rows(window, windows),
         "",
         f"## Sokoban generation (up to {gen_levels:,} levels or {gen_seconds:g} s per setting)",
         "",

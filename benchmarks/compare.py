@@ -84,6 +84,9 @@ HOTPOTQA_ENV_DEFAULTS = dict(mode="open", protocol="extended", answer_extraction
 CSV_FIELDS = ("env", "method", "seed", "step", "sampled_tokens", "training_seconds", "elapsed_seconds",
               "eval_success", "eval_reward", "eval_solved_any", "budget_tokens")
 
+GRID_ENVS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0")
+PAPER_GRID_KWARGS = {"action_format": "paper", "prompts": "paper"}
+
 # Settings of a comparison (CLI flags and the --config file both set these). `trainer` holds TrainConfig overrides
 # for every run, `env_trainer` per-env ones on top of them.
 DEFAULTS: dict[str, Any] = dict(
@@ -134,10 +137,16 @@ def run_config(settings: dict, env: str, method: str, seed: int, output: Path, s
     overrides = {"preset": settings["preset"]} if settings["preset"] else {}
     flags = dict(settings["trainer"])
     flags.update(settings["env_trainer"].get(env, {}))
+
     flags.update(METHODS[method])
     flags.update(RUN_FIXED)
     flags.update(env=env, seed=seed, steps=steps, output=str(output))
-    return build_config(overrides, flags=flags)
+    config = build_config(overrides, flags=flags)
+    if env in GRID_ENVS:
+        # The paper's protocol for the grid games under any preset: its action format and its prompt set, merged
+        # under the env_kwargs the preset or the config chose (which may still say otherwise).
+        config.env_kwargs = {**PAPER_GRID_KWARGS, **config.env_kwargs}
+    return config
 
 
 def run_one(settings: dict, env: str, method: str, seed: int, folder: Path, budget: int, rerun: bool) -> dict:

@@ -44,6 +44,8 @@ class TrainConfig:
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
+    memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)
+    memory_slots: int = 1024  # slots of the pool memory; each episode takes the next slot in turn (paper code: 1,024)
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
     distill_coef: float = 1.0  # weight of the reverse_kl consolidation term
     # --- sampling ---
@@ -82,7 +84,7 @@ class TrainConfig:
     eval_temperature: float = 0.7
     eval_top_p: float = 0.8
     eval_top_k: int = 20
-    eval_set: str = "auto"  # auto: the paper's test set when ../shared has it and it fits env_kwargs; paper; seeded
+    eval_set: str = "auto"  # auto: the paper's test set when it fits env_kwargs' sizes; paper: always; seeded
     allow_eval_overlap: bool = False  # let held-out evaluation ask training questions (HotpotQA); default: refuse
     # --- bookkeeping ---
     checkpoint_every: int = 10  # steps between checkpoints; 0 saves only at the end
@@ -193,6 +195,8 @@ RULES: dict[str, Rule] = {
     "n_erl": _at_least(1),
     "reflector": _one_of("policy", "rule", "plan"),
     "no_memory": _FLAG,
+    "memory": _one_of("single", "pool"),
+    "memory_slots": _at_least(1),
     "no_reflection": _FLAG,
     "gate_threshold": _ANY_REAL,
     "memory_threshold": _ANY_REAL,
@@ -360,6 +364,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=5,
         eval_samples=4,
         eval_set="auto",
+        memory="pool",
         checkpoint_every=10,
         device="cuda",
         dtype="bfloat16",
@@ -367,8 +372,22 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
+def _paper_sokoban_training() -> dict[str, Any]:
+    """The paper preset's Sokoban data: its 10,000 train layouts when the shared folder has them, else our generator
+    (which follows their room-size mix and never produces a test layout)."""
+    from erl_envs.paper_tasks import shared_paper_file
+
+    train = shared_paper_file("sokoban_train.parquet")
+    levels = {"levels": str(train)} if train is not None else {}
+    return dict(eval_set="paper", env_kwargs={"prompts": "paper", **levels})
+
+
 # Per-env adjustments of a preset, applied right after it.
 ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
+    # The paper preset plays the grid games with the paper's prompt set (the envs' default action format is already
+    # the paper's) and evaluates on the paper's test sets, which ship with erl_envs.
+    ("paper-qwen3-4b", "ERL-FrozenLake-v0"): dict(eval_set="paper", env_kwargs={"prompts": "paper"}),
+    ("paper-qwen3-4b", "ERL-Sokoban-v0"): _paper_sokoban_training(),
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
     # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small
     # entropy bonus: without them the policy collapses onto its first guesses before it can read the board

@@ -1,7 +1,8 @@
 """Held-out evaluation, the paper's protocol: first attempt only, initial prompt, no reflection, no memory.
 
 The held-out tasks are the paper's test set for the grid games when its folder is given (``../shared/paper_tasks``
-in this project), else a seeded split whose seeds training never draws (training seeds are below ``EVAL_SEED_BASE``).
+in this project) or asked for (``eval_set="paper"``: the copies shipped with erl_envs), else a seeded split whose
+seeds training never draws (training seeds are below ``EVAL_SEED_BASE``).
 Unseen seeds give unseen grid games, but an env that draws from a fixed pool (HotpotQA's questions) would replay
 its training pool: the trainer then builds its evaluation envs from ``eval_env_kwargs`` (other data, another
 synthetic world).
@@ -31,20 +32,31 @@ def seeded_tasks(count: int, base: int = EVAL_SEED_BASE) -> list[Task]:
     return [(base + i, None) for i in range(count)]
 
 
-def paper_tasks(env_id: str, folder: str | os.PathLike) -> list[Task] | None:
+def paper_tasks(env_id: str, folder: str | os.PathLike | None = None) -> list[Task] | None:
     """The paper's test instances as ``(seed, options)`` for our envs, or ``None`` when there is none for ``env_id``.
 
-    FrozenLake rows are generator parameters (seed, size, p), replayed with our generator; Sokoban layouts are exact.
+    Read from ``folder`` when it holds them (``../shared/paper_tasks``), else from the copies shipped with erl_envs
+    (``erl_envs.paper_tasks``). FrozenLake rows are generator parameters (seed, size, p), which our default
+    generator turns into the reference's maps; Sokoban layouts are exact.
     """
-    folder = Path(folder)
-    import pandas as pd
+    from erl_envs import paper_tasks as packaged
 
-    if env_id.startswith("ERL-FrozenLake") and (folder / "frozenlake_test.parquet").exists():
-        rows = pd.read_parquet(folder / "frozenlake_test.parquet")
-        return [(int(r.seed), {"size": int(r.size), "p": float(r.p)}) for r in rows.itertuples()]
-    if env_id.startswith("ERL-Sokoban") and (folder / "sokoban_test.parquet").exists():
-        rows = pd.read_parquet(folder / "sokoban_test.parquet")
-        return [(int(r.index), {"level": [str(line) for line in r.layout]}) for r in rows.itertuples()]
+    folder = Path(folder) if folder is not None else None
+    if env_id.startswith("ERL-FrozenLake"):
+        if folder is not None and (folder / "frozenlake_test.parquet").exists():
+            import pandas as pd
+
+            rows = [r._asdict() for r in pd.read_parquet(folder / "frozenlake_test.parquet").itertuples()]
+        else:
+            rows = packaged.frozenlake_test_rows()
+        return [(int(r["seed"]), {"size": int(r["size"]), "p": float(r["p"])}) for r in rows]
+    if env_id.startswith("ERL-Sokoban"):
+        if folder is not None and (folder / "sokoban_test.parquet").exists():
+            import pandas as pd
+
+            rows = pd.read_parquet(folder / "sokoban_test.parquet")
+            return [(int(r.index), {"level": [str(line) for line in r.layout]}) for r in rows.itertuples()]
+        return [(int(r["index"]), {"level": list(r["layout"])}) for r in packaged._sokoban_records()]
     return None
 
 

@@ -684,20 +684,26 @@ class Trainer:
     # --- setup ---
 
     def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
-        from erl_envs.memory import ReflectionMemory
+        from erl_envs.memory import PoolMemory, ReflectionMemory, memory_from_dict
         from erl_envs.reflection import ReflectionWrapper
 
         cfg = self.config
         saved = resume_state.get("memory") if resume_state is not None else None
-        self.memory = ReflectionMemory.from_dict(saved) if saved is not None else ReflectionMemory()
+        if saved is not None:
+            self.memory = memory_from_dict(saved)
+        else:
+            self.memory = PoolMemory(cfg.memory_slots) if cfg.memory == "pool" else ReflectionMemory()
         reflector = None
         if cfg.reflector in ("rule", "plan"):
             from erl_envs.reflectors import RuleReflector
 
             reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
-        return [ReflectionWrapper(env, memory=self.memory, gate_threshold=cfg.gate_threshold,
+        # A pool gives each wrapper a handle; every episode takes the pool's next slot (see PoolMemory).
+        memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
+        return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
-                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection) for env in self.envs]
+                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection)
+                for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
         cfg = self.config
@@ -765,8 +771,8 @@ class Trainer:
     def _eval_tasks(self) -> list:
         cfg = self.config
         if cfg.eval_set in ("auto", "paper"):
-            folder = paper_tasks_folder()
-            tasks = paper_tasks(cfg.env, folder) if folder is not None else None
+            # A paper_tasks folder when one is found, else the test sets shipped with erl_envs.
+            tasks = paper_tasks(cfg.env, paper_tasks_folder())
             if tasks is not None and (cfg.eval_set == "paper" or _tasks_fit(tasks, cfg.env_kwargs)):
                 return tasks[: cfg.eval_tasks]
             if cfg.eval_set == "paper":
@@ -912,7 +918,7 @@ class Trainer:
         row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
         row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
         if self.memory is not None:
-            row["memory/set"] = float(bool(self.memory.get()))
+            row["memory/set"] = float(len(self.memory) > 0)
         return row
 
     def _evaluate(self, sampling: SamplingParams, row: dict) -> dict:
@@ -938,6 +944,8 @@ class Trainer:
         rank's is kept, as if the ranks' episodes had run one after another; the update counts add up."""
         from erl_envs.memory import ReflectionMemory
 
+        if not isinstance(self.memory, ReflectionMemory):
+            return  # a pool's slots stay per rank: each rank is its own set of workers
         states = self.world.gather((self.memory.updates - updates_before, self.memory.to_dict()))
         stored = [state for count, state in states if count > 0]
         if not stored:

@@ -32,6 +32,7 @@ def __getattr__(name):
         "ReflectionAsyncVectorEnv": "erl_envs.reflection",
         "ReflectionMemory": "erl_envs.memory",
         "RetrievalMemory": "erl_envs.memory",
+        "PoolMemory": "erl_envs.memory",
         "RuleReflector": "erl_envs.reflectors",
         "HFReflector": "erl_envs.reflectors",
         "FrozenLakeTextEnv": "erl_envs.frozen_lake",

@@ -511,6 +511,7 @@ class FrozenLakeTextEnv(GridTextEnv):
     * v0: initial version.
     """
 
+    game_name = "FrozenLake"
     symbol_presets = FROZEN_LAKE_SYMBOLS
     level_options = frozenset({"size", "p", "map"})
     task_prefix = "frozenlake"
@@ -537,6 +538,7 @@ class FrozenLakeTextEnv(GridTextEnv):
         reveal_rules: bool = False,
         instructions: str | None = None,
         action_format: str = "paper",
+        prompts: str = "lenient",
         generator: str = "paper",
     ):
         if generator not in GENERATORS:
@@ -557,6 +559,7 @@ class FrozenLakeTextEnv(GridTextEnv):
             reveal_rules=reveal_rules,
             instructions=instructions,
             action_format=action_format,
+            prompts=prompts,
         )
         cell = self.renderer.cell
         self._cell_width = len(cell("frozen"))

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 from gymnasium import spaces
 
-from erl_envs import prompts
+from erl_envs import prompts as prompt_texts  # (``prompts`` is the name of the prompt-set argument)
 from erl_envs.actions import ACTION_FORMATS, ACTION_NAMES, GridAction, format_action, parse_actions
 from erl_envs.grid_text import TEXT_CHARSET, GridRenderer, SymbolSet, resolve_symbols
 
@@ -29,11 +29,12 @@ __all__ = [
 
 # --- Every line a grid env writes about a turn. None names a symbol, so they read the same under any SymbolSet. ---
 
-NOT_SOLVED_LINE = "Not solved yet. Give your next action."
-NO_EFFECT_NOTICE = "Your last action had no effect."
-SOME_NO_EFFECT_NOTICE = "Some of your last moves had no effect."
-PARSE_ERROR_NOTICE = "Your last action could not be parsed, so nothing happened."
-STEPS_LEFT_LINE = "Steps remaining: {}"
+# The lenient set's lines (prompts.GRID_STEP_LINES); an env reads its own set's lines from prompts.step_lines.
+NOT_SOLVED_LINE = prompt_texts.GRID_STEP_LINES["not_solved"]
+NO_EFFECT_NOTICE = prompt_texts.GRID_STEP_LINES["no_effect"]
+SOME_NO_EFFECT_NOTICE = prompt_texts.GRID_STEP_LINES["some_no_effect"]
+PARSE_ERROR_NOTICE = prompt_texts.GRID_STEP_LINES["parse_error"]
+STEPS_LEFT_LINE = prompt_texts.GRID_STEP_LINES["steps_left"]
 
 # One-line comments of a turn (info["feedback"]) that are not about a particular game's dynamics.
 FEEDBACK_RESET = "the episode started"
@@ -56,6 +57,11 @@ MAX_STEPS_LIMIT = 1_000_000
 ACTION_MAX_LENGTH = 4096
 
 _BASE_OPTIONS = frozenset({"max_steps"})
+
+
+def _is_moved_notice(notice: str | None, lines: Mapping[str, str | None]) -> bool:
+    """Whether ``notice`` is the prompt set's comment on a move that worked (not shown once the episode is over)."""
+    return notice is not None and notice is lines["moved"]
 
 
 class MoveOutcome(NamedTuple):
@@ -157,12 +163,14 @@ class GridTextEnv(gym.Env[str, str]):
 
     Info keys (every reset and step): ``success``, ``steps_used``, ``steps_left``, ``took_effect``, ``feedback``,
     ``parse_errors`` (turns whose reply could not be parsed), ``no_effect_moves`` (parsed moves that changed
-    nothing), ``optimal_steps``, ``task_id``, ``task_text`` (the first observation's grid); on the last step also
-    ``episode_feedback``; plus the subclass's ``_extra_info()``.
+    nothing), ``optimal_steps``, ``task_id``, ``task_text`` (the first observation's grid); on steps
+    ``action_read`` (the move names read from the reply, comma-separated, or None for an unreadable reply); on the
+    last step also ``episode_feedback``; plus the subclass's ``_extra_info()``.
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array", "human"], "render_fps": 4}
     prompt_style = "grid"
+    game_name = ""  # the game's name, which the paper prompt set uses ("FrozenLake", "Sokoban")
 
     symbol_presets: Mapping[str, SymbolSet] = {}
     level_options: frozenset[str] = frozenset()
@@ -182,6 +190,7 @@ class GridTextEnv(gym.Env[str, str]):
         reveal_rules: bool = False,
         instructions: str | None = None,
         action_format: str = "paper",
+        prompts: str = "lenient",
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
@@ -192,6 +201,8 @@ class GridTextEnv(gym.Env[str, str]):
             raise ValueError(f"max_grid_shape must be positive, got {max_grid_shape}")
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str or None, got {type(instructions).__name__}")
+        if prompts not in prompt_texts.PROMPT_SETS:
+            raise ValueError(f"prompts must be one of {list(prompt_texts.PROMPT_SETS)}, got {prompts!r}")
         if action_format not in ACTION_FORMATS:
             raise ValueError(f"action_format must be one of {list(ACTION_FORMATS)}, got {action_format!r}")
         if action_format == "paper" and max_actions_per_turn != 1:
@@ -203,6 +214,8 @@ class GridTextEnv(gym.Env[str, str]):
         self.episode_max_steps = self.max_steps
         self.max_actions_per_turn = _check_steps(max_actions_per_turn, "max_actions_per_turn")
         self.action_format = action_format
+        self.prompt_set = prompts
+        self._lines = prompt_texts.step_lines(prompts, self.game_name)
         self.invalid_action = invalid_action
         self.reveal_rules = bool(reveal_rules)
         self.max_grid_shape = (rows, cols)
@@ -218,7 +231,7 @@ class GridTextEnv(gym.Env[str, str]):
         }
         self._feedback_lines = {**EPISODE_FEEDBACK, **self.episode_feedback_lines}
 
-        base = prompts.instructions("grid") if instructions is None else instructions
+        base = prompt_texts.instructions("grid", prompts, self.game_name) if instructions is None else instructions
         self.instructions = base + self._rules_appendix() if self.reveal_rules else base
 
         self.observation_space = spaces.Text(
@@ -263,7 +276,7 @@ class GridTextEnv(gym.Env[str, str]):
         self._task_id = f"{self.task_prefix}-{self._level_digest()[:16]}"
         self._optimal = self._optimal_steps()
 
-        obs = f"{self._grid_text}\n{STEPS_LEFT_LINE.format(self.episode_max_steps)}"
+        obs = f"{self._grid_text}\n{self._lines['steps_left'].format(self.episode_max_steps)}"
         info = self._info(False, FEEDBACK_RESET)
         if self.render_mode == "human":
             self.render()
@@ -292,7 +305,7 @@ class GridTextEnv(gym.Env[str, str]):
             self._parse_errors += 1
             self._steps_used += 1
             took_effect = False
-            notice = PARSE_ERROR_NOTICE
+            notice = self._lines["parse_error"]
             if self.invalid_action == "terminate":
                 terminated = True
                 end_reason = "invalid_action"
@@ -321,9 +334,9 @@ class GridTextEnv(gym.Env[str, str]):
             self._no_effect_moves += no_effect
             comment = comments[0] if len(comments) == 1 else "; ".join(comments)
             if no_effect == 0:
-                notice = None
+                notice = self._lines["moved"]  # None unless the prompt set comments on moves that worked
             else:
-                notice = NO_EFFECT_NOTICE if no_effect == len(comments) else SOME_NO_EFFECT_NOTICE
+                notice = self._lines["no_effect"] if no_effect == len(comments) else self._lines["some_no_effect"]
             if took_effect:
                 self._grid_text = self._render_grid()
 
@@ -332,16 +345,20 @@ class GridTextEnv(gym.Env[str, str]):
         if truncated:
             end_reason = "no_valid_actions" if self._parse_errors == self._turns else "step_limit"
         self._done = done
+        if done and _is_moved_notice(notice, self._lines):
+            notice = None  # nothing to plan after the last turn
 
         lines = [self._grid_text]
         if notice is not None:
             lines.append(notice)
         if not done:
-            lines.append(NOT_SOLVED_LINE)
-        lines.append(STEPS_LEFT_LINE.format(budget - self._steps_used))
+            lines.append(self._lines["not_solved"])
+        lines.append(self._lines["steps_left"].format(budget - self._steps_used))
         obs = "\n".join(lines)
 
         info = self._info(took_effect, comment)
+        # The move(s) as read from the reply, for traces: what the paper's reflection request lists per step.
+        info["action_read"] = None if moves is None else ", ".join(ACTION_NAMES[m] for m in moves)
         if done:
             info["success"] = end_reason == "success"
             info["episode_feedback"] = self._episode_feedback(end_reason)
@@ -467,9 +484,10 @@ class GridTextEnv(gym.Env[str, str]):
 
     def _max_observation_length(self, rows: int, cols: int) -> int:
         grid = rows * cols * len(self.renderer.cell(next(iter(self.symbols.symbols)))) + (rows - 1)
-        notice = max(len(NO_EFFECT_NOTICE), len(SOME_NO_EFFECT_NOTICE), len(PARSE_ERROR_NOTICE))
-        steps = len(STEPS_LEFT_LINE.format(MAX_STEPS_LIMIT))
-        return grid + 1 + notice + 1 + len(NOT_SOLVED_LINE) + 1 + steps
+        lines = self._lines
+        notice = max(len(lines[key] or "") for key in ("no_effect", "some_no_effect", "parse_error", "moved"))
+        steps = len(lines["steps_left"].format(MAX_STEPS_LIMIT))
+        return grid + 1 + notice + 1 + len(lines["not_solved"]) + 1 + steps
 
     # ------------------------------------------------------------------ the game: subclasses implement these
 

@@ -1,12 +1,14 @@
 """Reflection memories: where a successful reflection is kept to seed the next one.
 
-``ReflectionMemory`` is the paper's single slot: overwritten whenever a second attempt fully succeeds, read only as
-the base prompt of the next reflection (never on first attempts or in evaluation). ``RetrievalMemory`` is the
-paper's stated future work: several successful reflections, each filed under the text of its task, and the one
-whose task is most similar to the current one (BM25 over the task text) comes back.
+``ReflectionMemory`` is the paper's text: one slot, overwritten whenever a second attempt fully succeeds, read only
+as the base prompt of the next reflection (never on first attempts or in evaluation). ``PoolMemory`` is what the
+paper's code does: the slot lives in each of its 1,024 rollout workers, reused first-in first-out, so in effect
+there are 1,024 independent slots, each serving its own stream of episodes. ``RetrievalMemory`` is the paper's
+stated future work: several successful reflections, each filed under the text of its task, and the one whose task
+is most similar to the current one (BM25 over the task text) comes back.
 
-Both have the same interface (``get``, ``update``, ``save``/``load``, ``to_dict``/``from_dict``) so that
-``ReflectionWrapper`` and the trainer take either. One object can be shared by many wrappers: in a
+All have the same interface (``start_episode``, ``get``, ``update``, ``save``/``load``, ``to_dict``/``from_dict``)
+so that ``ReflectionWrapper`` and the trainer take any of them. One object can be shared by many wrappers: in a
 ``SyncVectorEnv`` all sub-envs see the same memory. An ``AsyncVectorEnv`` runs each sub-env in its own process, so
 each gets a *copy* of the memory at start-up and the copies drift apart; share a memory only across a sync vector
 env (or a plain list of envs), and save it from the process that owns it.
@@ -25,7 +27,7 @@ from typing import Any
 
 from erl_envs.safe_parse import loads_json
 
-__all__ = ["ReflectionMemory", "RetrievalMemory", "load_memory", "utf8_safe"]
+__all__ = ["ReflectionMemory", "RetrievalMemory", "PoolMemory", "load_memory", "memory_from_dict", "utf8_safe"]
 
 _FORMAT_VERSION = 1
 _TOKEN = re.compile(r"\w+")
@@ -118,6 +120,9 @@ class _LockedMemory:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+
+    def start_episode(self) -> None:
+        """Called by ``ReflectionWrapper`` at every reset; only ``PoolMemory`` handles act on it."""
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the memory as JSON (atomically: the old file stays intact until the new one is complete)."""
@@ -355,11 +360,144 @@ class RetrievalMemory(_LockedMemory):
         return memory
 
 
-_KINDS = {ReflectionMemory.kind: ReflectionMemory, RetrievalMemory.kind: RetrievalMemory}
+class PoolMemory(_LockedMemory):
+    """``slots`` independent single-slot memories, the paper code's memory scope (1,024 slots in its runs).
+
+    The reference keeps its remembered prompt in each rollout worker and hands tasks to its pool of workers first
+    in, first out. Here, likewise, every episode takes the next slot in turn: each ``ReflectionWrapper`` holds a
+    ``handle()``, and each reset of the wrapper (``start_episode``) assigns the episode the slot after the one the
+    previous episode of *any* handle took (slot 0, 1, ..., slots - 1, 0, ...). The episode's reflection reads that
+    slot as its base prompt, and a successful retry overwrites that slot only. Episodes are started in a fixed
+    order by the trainer, so the assignment is deterministic. With ``slots=1`` this is ``ReflectionMemory``.
+
+    ``get``/``update`` on the pool itself (not a handle) read and write the slot of the latest episode: handy for
+    logging and tests; ``len`` counts the filled slots.
+    """
+
+    kind = "PoolMemory"
+
+    def __init__(self, slots: int = 1024):
+        super().__init__()
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive int, got {slots!r}")
+        self.slots = slots
+        self._prompts: list[str | None] = [None] * slots
+        self._next = 0  # the slot the next episode takes
+        self._current = 0  # the slot of the latest episode
+        self._updates = 0
+
+    def handle(self) -> "PoolHandle":
+        """A memory for one wrapper: its episodes take their slots from this pool in turn."""
+        return PoolHandle(self)
+
+    def _take_slot(self) -> int:
+        with self._lock:
+            slot = self._next
+            self._next = (slot + 1) % self.slots
+            self._current = slot
+            return slot
+
+    def slot_prompt(self, slot: int) -> str | None:
+        with self._lock:
+            return self._prompts[slot]
+
+    def store(self, slot: int, prompt: str) -> None:
+        prompt = _check_prompt(prompt)
+        with self._lock:
+            self._prompts[slot] = prompt
+            self._updates += 1
+
+    def get(self, task_text: str | None = None) -> str | None:
+        _check_task_text(task_text)
+        return self.slot_prompt(self._current)
+
+    def update(self, prompt: str, task_text: str | None = None) -> None:
+        _check_task_text(task_text)
+        self.store(self._current, prompt)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._prompts = [None] * self.slots
+
+    @property
+    def updates(self) -> int:
+        return self._updates
+
+    def __len__(self) -> int:
+        return sum(prompt is not None for prompt in self._prompts)
+
+    def __repr__(self) -> str:
+        return f"PoolMemory({len(self)} of {self.slots} slots filled, updates={self._updates})"
+
+    def to_dict(self) -> dict:
+        with self._lock:
+            filled = {str(i): prompt for i, prompt in enumerate(self._prompts) if prompt is not None}
+            return {"kind": self.kind, "version": _FORMAT_VERSION, "slots": self.slots, "prompts": filled,
+                    "next": self._next, "current": self._current, "updates": self._updates}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PoolMemory":
+        _check_kind(data, cls.kind)
+        memory = cls(slots=data["slots"])
+        prompts = data.get("prompts", {})
+        if not isinstance(prompts, dict):
+            raise ValueError("memory data 'prompts' must be an object of slot number -> prompt")
+        for key, prompt in prompts.items():
+            slot = int(key)
+            if not 0 <= slot < memory.slots:
+                raise ValueError(f"memory slot {slot} is outside 0..{memory.slots - 1}")
+            memory._prompts[slot] = _check_prompt(prompt)
+        for name in ("next", "current"):
+            value = int(data.get(name, 0))
+            if not 0 <= value < memory.slots:
+                raise ValueError(f"memory field {name!r} = {value} is outside 0..{memory.slots - 1}")
+            setattr(memory, f"_{name}", value)
+        memory._updates = int(data.get("updates", 0))
+        return memory
 
 
-def load_memory(path: str | os.PathLike) -> ReflectionMemory | RetrievalMemory:
-    """Load a memory saved by either class, whichever it was."""
+class PoolHandle:
+    """One wrapper's view of a ``PoolMemory``: the slot its current episode was assigned (see ``PoolMemory``)."""
+
+    def __init__(self, pool: PoolMemory):
+        self.pool = pool
+        self.slot: int | None = None
+
+    def start_episode(self) -> None:
+        self.slot = self.pool._take_slot()
+
+    def get(self, task_text: str | None = None) -> str | None:
+        _check_task_text(task_text)
+        return None if self.slot is None else self.pool.slot_prompt(self.slot)
+
+    def update(self, prompt: str, task_text: str | None = None) -> None:
+        _check_task_text(task_text)
+        if self.slot is None:
+            raise RuntimeError("this pool handle has no episode: start_episode() assigns one (ReflectionWrapper "
+                               "calls it at reset)")
+        self.pool.store(self.slot, prompt)
+
+    @property
+    def updates(self) -> int:
+        return self.pool.updates
+
+    def __repr__(self) -> str:
+        return f"PoolHandle(slot={self.slot}, {self.pool!r})"
+
+
+_KINDS = {ReflectionMemory.kind: ReflectionMemory, RetrievalMemory.kind: RetrievalMemory, PoolMemory.kind: PoolMemory}
+
+
+def memory_from_dict(data: dict) -> ReflectionMemory | RetrievalMemory | PoolMemory:
+    """Rebuild a memory from ``to_dict`` output, whichever class made it."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in _KINDS:
+        raise ValueError(f"not memory data: unknown kind {kind!r} (known: {sorted(_KINDS)})")
+    return _KINDS[kind].from_dict(data)
+
+
+def load_memory(path: str | os.PathLike) -> ReflectionMemory | RetrievalMemory | PoolMemory:
+    """Load a memory saved by any memory class, whichever it was."""
     data = _read_json(path)
     kind = data.get("kind")
     if kind not in _KINDS:

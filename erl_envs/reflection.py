@@ -26,7 +26,13 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 from erl_envs import prompts, protocol
 from erl_envs.grid_text import TEXT_CHARSET, SymbolSet
 from erl_envs.memory import utf8_safe
-from erl_envs.reflectors import DEFAULT_MAX_FIELD_CHARS, ReflectionRequest, TraceStep, format_trace
+from erl_envs.reflectors import (
+    DEFAULT_MAX_FIELD_CHARS,
+    ReflectionRequest,
+    TraceStep,
+    format_paper_trace,
+    format_trace,
+)
 
 __all__ = [
     "ReflectionWrapper",
@@ -141,6 +147,15 @@ class FreeText(spaces.Text):
         return f"FreeText(sample_max_length={self.max_length})"
 
 
+def _positions(info: dict) -> str:
+    """Player, boxes and goals after a step, from an env info that has them (Sokoban's); else ""."""
+    if not {"position", "boxes", "goals"} <= info.keys():
+        return ""
+    cells = lambda items: ", ".join(f"({r}, {c})" for r, c in items)  # noqa: E731
+    return (f"After it: player at {cells([info['position']])}; boxes at {cells(info['boxes'])}; "
+            f"goals at {cells(info['goals'])} (row, column from the top left, counting from 0).")
+
+
 @dataclass
 class _Attempt:
     """One attempt as it unfolds: raw observations (the first included), actions, rewards and inner infos."""
@@ -185,6 +200,8 @@ class _Attempt:
                 terminated=self.terminated and i == last,
                 truncated=self.truncated and i == last,
                 comment=protocol.step_comment(self.infos[i], self.rewards[i]),
+                action_read=self.infos[i].get("action_read"),
+                positions=_positions(self.infos[i]),
             )
             for i in range(len(self.actions))
         )
@@ -262,8 +279,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     reflection); ``base_prompt_from_memory``; ``same_start`` (attempt 2 began with attempt 1's first observation).
 
     ## Memory
-    ``memory`` (a ``ReflectionMemory``, ``RetrievalMemory`` or anything with ``get(task_text)`` and
-    ``update(prompt, task_text)``) may be shared by many wrappers. It is read only as the base of a reflection,
+    ``memory`` (a ``ReflectionMemory``, ``RetrievalMemory``, a ``PoolMemory.handle()`` or anything with
+    ``get(task_text)`` and ``update(prompt, task_text)``; an optional ``start_episode()`` is called at every reset)
+    may be shared by many wrappers. It is read only as the base of a reflection,
     never on attempt 1, and written with the reflection's prompt when attempt 2 succeeds (the env's ``success``,
     else ``r2 >= memory_threshold``) and the prompt really came from the reflection (not from a fallback).
 
@@ -355,10 +373,15 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.max_reflection_chars = max_reflection_chars
         self.max_trace_field_chars = max_trace_field_chars
         self.style = protocol.prompt_style_of(env)
+        # The env's prompt set (``prompts=`` of the grid games) also picks the reflection texts.
+        self.prompt_set = getattr(env.unwrapped, "prompt_set", "lenient")
+        self.game_name = getattr(env.unwrapped, "game_name", None)
+        texts = (self.style, self.prompt_set, self.game_name)
         self.reflection_instructions = (
-            prompts.reflection_instructions(self.style) if reflection_instructions is None else reflection_instructions
+            prompts.reflection_instructions(*texts) if reflection_instructions is None else reflection_instructions
         )
-        self.format_reminder = prompts.format_reminder(self.style) if format_reminder is None else format_reminder
+        self.format_reminder = prompts.format_reminder(*texts) if format_reminder is None else format_reminder
+        self._paper_request = prompts.uses_paper_set(*texts)
 
         inner_obs = getattr(env, "observation_space", None)
         sample_length = max(getattr(inner_obs, "max_length", 0) or 0, 4096)
@@ -422,6 +445,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         # Kept pristine and handed out as copies: an env that edits its options in place must not change attempt 2.
         self._options = _copy_options(options)
         obs, env_info = self.env.reset(seed=episode_seed, options=_copy_options(options))
+        start_episode = getattr(self.memory, "start_episode", None)
+        if start_episode is not None:  # a PoolMemory handle takes this episode's slot
+            start_episode()
         self._episode_seed = episode_seed
         self._task_id = protocol.task_id_of(env_info, episode_seed)
         task_text = env_info.get("task_text")
@@ -475,8 +501,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _trace_text(self, attempt: _Attempt, steps: tuple[TraceStep, ...] | None = None) -> str:
         steps = attempt.trace_steps() if steps is None else steps
-        return format_trace(steps, _as_text(attempt.observations[-1]), attempt.total, attempt.feedback(),
-                            self.max_trace_field_chars)
+        write = format_paper_trace if self._paper_request else format_trace
+        return write(steps, _as_text(attempt.observations[-1]), attempt.total, attempt.feedback(),
+                     self.max_trace_field_chars)
 
     def _build_request(self) -> ReflectionRequest:
         attempt = self._attempt1
@@ -487,7 +514,11 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if not self._base_from_memory:
             base = self._instructions
         steps = attempt.trace_steps()
-        text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=self._trace_text(attempt, steps))
+        trace = self._trace_text(attempt, steps)
+        if self._paper_request:
+            text = prompts.PAPER_SET["reflection_request"].format(base_prompt=base, trace=trace, game=self.game_name)
+        else:
+            text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=trace)
         symbols = getattr(self.env.unwrapped, "symbols", None)
         return ReflectionRequest(
             text=text,

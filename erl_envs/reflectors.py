@@ -57,6 +57,8 @@ class TraceStep:
     terminated: bool
     truncated: bool
     comment: str
+    action_read: str | None = None  # the move(s) the env read from the reply (None: unreadable, or not a grid env)
+    positions: str = ""  # where things stand after the step, when the env says (Sokoban: player, boxes, goals)
 
     @property
     def done(self) -> bool:
@@ -92,6 +94,32 @@ def format_trace(steps: Sequence[TraceStep], final_observation: str, total_retur
         for i, step in enumerate(steps)
     ]
     parts.append(prompts.TRACE_OUTCOME.format(
+        final_observation=clip_text(final_observation, max_field_chars),
+        total_return=f"{total_return:g}",
+        feedback=feedback,
+    ))
+    return "\n\n".join(parts)
+
+
+def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
+                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+    """The attempt as the paper prompt set writes it: per step the board, the action *as read* (not the raw reply),
+    reward, took effect, episode ended, positions when known and the comment; then the outcome."""
+    template = prompts.PAPER_SET["trace_step"]
+    parts = [
+        template.format(
+            index=i + 1,
+            observation=clip_text(step.observation, max_field_chars),
+            action=step.action_read or "none (no valid action in the reply: an invalid action)",
+            reward=f"{step.reward:g}",
+            took_effect=_yes_no(step.took_effect),
+            done=_yes_no(step.done),
+            positions=f" {step.positions}" if step.positions else "",
+            comment=step.comment,
+        )
+        for i, step in enumerate(steps)
+    ]
+    parts.append(prompts.PAPER_SET["trace_outcome"].format(
         final_observation=clip_text(final_observation, max_field_chars),
         total_return=f"{total_return:g}",
         feedback=feedback,

@@ -10,8 +10,9 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from erl_envs.actions import ACTION_NAMES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import SOKOBAN_SYMBOLS, SymbolSet
-from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, sample_level
-from erl_envs.sokoban_levels import PUSHED, SokobanLevel, apply_move, load_levels, parse_level
+from erl_envs.paper_tasks import sokoban_test_keys
+from erl_envs.sokoban_generator import PAPER_SIZES, check_generation_settings, open_room_moves, sample_level
+from erl_envs.sokoban_levels import PUSHED, SokobanLevel, apply_move, check_playable, load_levels, parse_level
 from erl_envs.sokoban_solver import corner_cells, solution_stats
 
 __all__ = ["SokobanTextEnv", "MAX_LEVEL_SIDE", "GENERATOR_OPTIONS"]
@@ -29,6 +30,8 @@ _BLOCKED = tuple(
 _WALKED = tuple(MoveOutcome(True, 0.0, False, f"moved {name}") for name in ACTION_NAMES)
 _PUSHED = tuple(MoveOutcome(True, 0.0, False, f"pushed {name}") for name in ACTION_NAMES)
 _SOLVED = tuple(MoveOutcome(True, 1.0, True, f"pushed {name} and solved the puzzle") for name in ACTION_NAMES)
+# A generated level equal to an excluded one is redrawn, up to this many times in a row.
+_EXCLUDED_REDRAWS = 1000
 # Empty rooms are remembered up to this many (the paper's generator makes 77: one per goal cell of its 3 rooms).
 _ROOM_CACHE_SIZE = 4096
 
@@ -58,10 +61,9 @@ def _level_key(level: SokobanLevel, room: _EmptyRoom) -> str:
 
 
 def _coerce_level(value: Any, what: str) -> SokobanLevel:
-    if isinstance(value, SokobanLevel):
-        return value
+    """A level given in code (a reset option or an item of ``levels=``), checked as a level file's are."""
     try:
-        return parse_level(value)
+        return check_playable(value if isinstance(value, SokobanLevel) else parse_level(value))
     except ValueError as err:
         raise type(err)(f"{what}: {err}") from None
 
@@ -89,10 +91,12 @@ class SokobanTextEnv(GridTextEnv):
     ``Steps remaining: N``. The first observation is the grid and the steps line.
 
     ## Starting State
-    By default a level from ``generate_level`` drawn with ``self.np_random``: a square room of side n ~ U{6, 7, 8}
-    (walls included) with an open interior, one box and one goal, player, box and goal on distinct random cells,
-    kept only if the fewest-moves solution has 1 to ``max_steps`` (8) moves. With ``levels=`` the level is drawn
-    uniformly from that collection instead (``self.np_random.integers(len(levels))``).
+    By default a level from ``generate_level`` drawn with ``self.np_random``: a square room of side 6, 7 or 8
+    (walls included) in the proportions of the paper's train set (11/38/51%), an open interior, one box and one
+    goal, player, box and goal on distinct random cells, kept only if the fewest-moves solution has 1 to
+    ``max_steps`` (8) moves, and redrawn if it equals one of ``exclude`` (default: the paper's 100 test layouts, so
+    training never sees a test level). With ``levels=`` the level is drawn uniformly from that collection instead
+    (``self.np_random.integers(len(levels))``).
 
     ## Rewards
     1 on the move that puts the last box on a goal; 0 for everything else (moving, pushing, bumping into a wall or
@@ -109,7 +113,7 @@ class SokobanTextEnv(GridTextEnv):
     (``"sokoban-"`` + sha1 of the XSB rows), ``task_text``) and: ``boxes_on_target``, ``num_boxes``, ``deadlock``
     (a box off-goal in a corner: the level can no longer be solved), ``level_key`` (sha1 of the level's XSB text,
     ``SokobanLevel.key``), ``level_index`` (position in the collection, else ``None``), ``position`` (the player's
-    (row, col)). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
+    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
     ``"tried Left, did not move (wall or blocked push)"`` or ``"could not parse the action"``. The last step adds
     ``episode_feedback``: ``Solved the puzzle.``, ``Hit the max step limit before solving the puzzle.`` or ``No
     valid actions: ...``. ``optimal_steps`` is the solver's fewest moves from the start (``None`` if the level is
@@ -119,11 +123,12 @@ class SokobanTextEnv(GridTextEnv):
     ``render_mode`` (``"ansi"``, ``"rgb_array"``, ``"human"`` or None); ``max_steps=8``; ``symbols="abstract"``
     (``"xsb"``, a dict of tile kind -> char, or a ``SymbolSet``); ``levels=None`` (a level file path, see
     ``load_levels``, or a sequence of levels, each an XSB string, a list of rows or a ``SokobanLevel``);
-    generator settings ``size=None`` (paper: n ~ U{6,7,8}; an int or (height, width)), ``num_boxes=1``,
+    generator settings ``size=None`` (the paper's train mix of 6, 7 and 8; an int or (height, width)), ``num_boxes=1``,
     ``interior_walls=0.0``, ``min_moves=1``, ``max_moves=None`` (the episode's step budget); ``solver_max_states``
     (200,000: budget of the solver behind ``optimal_steps``); ``invalid_action="noop"`` (or ``"terminate"``);
     ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
-    ``reveal_rules=False``; ``instructions=None`` (default ``prompts.GRID_INSTRUCTIONS``).
+    ``reveal_rules=False``; ``instructions=None`` (default ``prompts.GRID_INSTRUCTIONS``); ``exclude="paper-test"``
+    (levels generation never returns: the packaged paper test set, None, or a sequence of levels).
     Reset options: ``level`` (one explicit level), ``level_index`` (into ``levels``), the generator settings above
     (this reset only; not with ``levels``), ``max_steps`` (this episode only). Levels up to
     ``max(20, the largest level or size set at construction)`` per side fit.
@@ -140,17 +145,20 @@ class SokobanTextEnv(GridTextEnv):
     floor (``symbols="xsb"``: ``@ + $ * . # _``). Cells outside the outer wall are drawn as walls.
 
     ## Paper fidelity
-    Matches: the level distribution (room size, open interior, one box and goal on distinct uniform cells, optimal
-    solution of at most 8 moves: uniform over valid layouts, as the paper's own data are, see
-    ``sokoban_generator``), the abstract symbols and cell layout, the 8-step budget, push-only dynamics, sparse
-    reward, unparseable replies as no-op steps, the per-step messages and the feedback lines; the paper's test
-    layouts load directly (``levels="sokoban_test.parquet"``). Departs: the wording of the messages is ours; the
-    generator is ours, so a seed gives a different level than in the reference code.
+    Matches: the room-size mix of the paper's train set, open interior, one box and goal on distinct uniform cells,
+    optimal solution of at most 8 moves (uniform over valid layouts within a size, see ``sokoban_generator``), the
+    paper's test layouts never generated (``exclude``), the abstract symbols and cell layout, the 8-step budget,
+    push-only dynamics, sparse reward, unparseable replies as no-op steps, the per-step messages and the feedback
+    lines; the paper's test and train layouts load directly (``levels=`` a parquet file; the test set ships with
+    the package, ``erl_envs.paper_tasks``). Departs: the wording of the messages is ours; the generator is ours, so
+    a seed gives a different level than the reference's data; cells outside the outer wall of a non-rectangular
+    level are drawn as walls (the reference: floor). See docs/fidelity.md.
 
     ## Version History
     * v0: initial version.
     """
 
+    game_name = "Sokoban"
     symbol_presets = SOKOBAN_SYMBOLS
     level_options = frozenset({"level", "level_index", *GENERATOR_OPTIONS})
     task_prefix = "sokoban"
@@ -182,8 +190,11 @@ class SokobanTextEnv(GridTextEnv):
         reveal_rules: bool = False,
         instructions: str | None = None,
         action_format: str = "paper",
+        prompts: str = "lenient",
+        exclude: str | Sequence[Any] | None = "paper-test",
     ):
         self.levels = self._load_collection(levels)
+        self._exclude = self._excluded_keys(exclude)
         self.generator_settings = {
             "size": size, "num_boxes": num_boxes, "interior_walls": interior_walls,
             "min_moves": min_moves, "max_moves": max_moves,
@@ -209,6 +220,7 @@ class SokobanTextEnv(GridTextEnv):
             reveal_rules=reveal_rules,
             instructions=instructions,
             action_format=action_format,
+            prompts=prompts,
         )
         # Every cell is drawn as the same characters around its symbol, so a board is its empty room's text with one
         # character replaced per box and for the player (see _render_grid).
@@ -225,6 +237,7 @@ class SokobanTextEnv(GridTextEnv):
         self._room = _EmptyRoom(frozenset(), (), b"", b"", ())
         self._line_width = 0
         self._level_key = ""
+        self._goals: tuple = ()
         self._rooms: dict[tuple, _EmptyRoom] = {}
 
     @staticmethod
@@ -251,6 +264,17 @@ class SokobanTextEnv(GridTextEnv):
         return collection
 
     @staticmethod
+    def _excluded_keys(exclude: Any) -> frozenset[str]:
+        """``SokobanLevel.key`` of every level that generation must not produce."""
+        if exclude is None:
+            return frozenset()
+        if isinstance(exclude, str):
+            if exclude != "paper-test":
+                raise ValueError(f"exclude must be 'paper-test', None or a sequence of levels, got {exclude!r}")
+            return sokoban_test_keys()
+        return frozenset(_coerce_level(item, f"exclude[{i}]").key for i, item in enumerate(exclude))
+
+    @staticmethod
     def _size_bound(size: Any) -> tuple[int, int]:
         """The largest level a (validated) generator ``size`` setting can produce."""
         if size is None:
@@ -266,6 +290,7 @@ class SokobanTextEnv(GridTextEnv):
 
     def _new_level(self, options: dict) -> None:
         generator_keys = sorted(set(GENERATOR_OPTIONS) & set(options))
+        room = key = None
         index = None
         optimal = None  # known up front only for generated levels
         if "level" in options:
@@ -298,7 +323,17 @@ class SokobanTextEnv(GridTextEnv):
                         f"size {settings['size']!r} is bigger than this env's largest level {self.max_grid_shape}; "
                         f"build the env with size={settings['size']!r} to allow it"
                     )
-            level, optimal = sample_level(self.np_random, max_states=self.solver_max_states, **settings)
+            for _ in range(_EXCLUDED_REDRAWS):
+                level, optimal = sample_level(self.np_random, max_states=self.solver_max_states, **settings)
+                if not self._exclude:
+                    break
+                room = self._empty_room(level)
+                key = _level_key(level, room)
+                if key not in self._exclude:
+                    break
+            else:
+                raise ValueError(f"{_EXCLUDED_REDRAWS} generated levels in a row were in exclude=; the settings "
+                                 f"{settings} leave (almost) nothing else: pass other settings or exclude=None")
         if level.is_solved:
             raise ValueError("the level is already solved (every box is on a goal); give a level with work to do")
 
@@ -307,9 +342,13 @@ class SokobanTextEnv(GridTextEnv):
         self._level_optimal = self._solve(level) if optimal is None else optimal
         self._player = level.player
         self._boxes = level.boxes
-        self._room = self._empty_room(level)
+        if room is None or key is None:  # not already built by the exclusion check
+            room = self._empty_room(level)
+            key = _level_key(level, room)
+        self._room = room
         self._line_width = level.width * self._cell_width + 1
-        self._level_key = _level_key(level, self._room)
+        self._level_key = key
+        self._goals = tuple(sorted(level.targets))
 
     def _empty_room(self, level: SokobanLevel) -> _EmptyRoom:
         key = (level.height, level.width, level.walls, level.floor, level.targets)
@@ -356,7 +395,11 @@ class SokobanTextEnv(GridTextEnv):
         if key not in self._optimal_cache:
             if len(self._optimal_cache) >= _OPTIMAL_CACHE_SIZE:
                 self._optimal_cache.clear()
-            self._optimal_cache[key] = solution_stats(level, max_states=self.solver_max_states).moves
+            # The paper's layouts (one box, open room) are looked up in the generator's table instead of searched.
+            moves = open_room_moves(level)
+            if moves == -1:
+                moves = solution_stats(level, max_states=self.solver_max_states).moves
+            self._optimal_cache[key] = moves
         return self._optimal_cache[key]
 
     def _apply_move(self, action: GridAction) -> MoveOutcome:
@@ -413,6 +456,8 @@ class SokobanTextEnv(GridTextEnv):
             "level_key": self._level_key,
             "level_index": self._level_index,
             "position": self._player,
+            "boxes": tuple(self._boxes) if len(self._boxes) == 1 else tuple(sorted(self._boxes)),
+            "goals": self._goals,
         }
 
     # ------------------------------------------------------------------ read-only views for tools and tests

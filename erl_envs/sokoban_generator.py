@@ -1,10 +1,13 @@
 """Random Sokoban levels with a guaranteed, solver-checked optimal solution length.
 
-The default settings reproduce the ERL paper's distribution: a square room of side n ~ U{6, 7, 8} (walls
-included) with an open interior, one box and one goal, the player, box and goal on distinct uniformly random cells,
-kept only if the fewest-moves solution has at most 8 moves. Sampling placements uniformly and rejecting gives every
-accepted layout the same probability, which is what the paper's data show: its train set holds exactly the 1,136
-valid 6x6 layouts, deduplicated (see ``tests/test_sokoban_generator.py``).
+The default settings follow the ERL paper's train set: a square room of side 6, 7 or 8 (walls included) in the
+proportions of that set (``PAPER_SIZE_WEIGHTS``: 11.36 / 37.95 / 50.69%), an open interior, one box and one goal,
+the player, box and goal on distinct uniformly random cells, kept only if the fewest-moves solution has at most 8
+moves. Within a size, sampling placements uniformly and rejecting gives every accepted layout the same probability,
+as the paper's data suggest: its train set holds exactly the 1,136 valid 6x6 layouts, deduplicated (see
+``tests/test_sokoban_generator.py``). It is not the reference's sampler (whose train set is a deduplicated draw):
+a seed gives other levels, and levels repeat across draws; the env keeps the paper's test layouts out of training
+(``SokobanTextEnv(exclude=...)``).
 
 Harder settings (several boxes, interior walls, longer solutions) use *reverse play* instead: boxes start on their
 goals and the player walks backwards pulling them, so every candidate is solvable by construction; the solver then
@@ -19,6 +22,7 @@ of seeds).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
@@ -26,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from erl_envs.actions import MOVES, GridAction
-from erl_envs.sokoban_levels import Cell, SokobanLevel
+from erl_envs.sokoban_levels import Cell, SokobanLevel, trusted_level
 from erl_envs.sokoban_solver import solution_stats
 
 __all__ = [
@@ -35,10 +39,15 @@ __all__ = [
     "check_generation_settings",
     "GenerationError",
     "PAPER_SIZES",
+    "PAPER_SIZE_WEIGHTS",
     "PLACEMENTS",
+    "open_room_moves",
 ]
 
 PAPER_SIZES = (6, 7, 8)
+# Rooms of each side in the paper's 10,000-layout train set: 1,136 of 6x6, 3,795 of 7x7, 5,069 of 8x8.
+PAPER_SIZE_WEIGHTS = (0.1136, 0.3795, 0.5069)
+_PAPER_SIZE_CUTS = (0.1136, 0.1136 + 0.3795)
 PLACEMENTS = ("auto", "uniform", "reverse")
 # A room with interior walls costs more to build than a candidate costs to check, so a few candidates share one.
 _CANDIDATES_PER_ROOM = 8
@@ -133,7 +142,15 @@ def _checked_settings(size, num_boxes, interior_walls, min_moves, max_moves, min
     return shape, placement
 
 
+_checked_settings_cached = lru_cache(maxsize=256)(_checked_settings)
+
+
 @lru_cache(maxsize=64)
+@lru_cache(maxsize=64)
+def _open_floor(height: int, width: int) -> frozenset[Cell]:
+    return frozenset(_interior(height, width))
+
+
 def _border(height: int, width: int) -> frozenset[Cell]:
     return frozenset((r, c) for r in range(height) for c in range(width) if r in (0, height - 1) or c in (0, width - 1))
 
@@ -295,6 +312,24 @@ def _open_room_moves(rows: int, cols: int) -> _OpenRoomMoves:
     return _OpenRoomMoves(rows, cols)
 
 
+def open_room_moves(level: SokobanLevel) -> int | None:
+    """Fewest moves of a one-box level in an open rectangular room, from the table (no search), or -1 when the
+    level is not of that kind (the caller then searches). ``None`` means unsolvable, as for the solver."""
+    h, w = level.height, level.width
+    if (len(level.boxes) != 1 or (h - 2) * (w - 2) > _TABLE_MAX_CELLS or level.walls != _border(h, w)
+            or level.floor != _open_floor(h, w)):
+        return -1
+    cols = w - 2
+
+    def index(cell: Cell) -> int:
+        return (cell[0] - 1) * cols + cell[1] - 1
+
+    (box,), (goal,) = level.boxes, level.targets
+    if box == goal:
+        return 0
+    return _open_room_moves(h - 2, cols).moves(index(level.player), index(box), index(goal))
+
+
 def _interior_wall_count(interior_walls: float, cells: int) -> int:
     return int(round(interior_walls * cells))
 
@@ -316,7 +351,8 @@ def generate_level(
 
     Arguments:
         rng: the only source of randomness (an env passes ``self.np_random``); an int seeds a new generator.
-        size: ``None`` for the paper's n ~ U{6, 7, 8} square rooms, an int n for n x n, or ``(height, width)``;
+        size: ``None`` for the paper's train mix of 6x6, 7x7 and 8x8 rooms (``PAPER_SIZE_WEIGHTS``), an int n
+            for n x n, or ``(height, width)``;
             sizes include the wall border.
         num_boxes: boxes (and goals) in the level.
         interior_walls: fraction of interior cells turned into walls, always keeping the floor connected.
@@ -372,15 +408,21 @@ def _generate(
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (e.g. env.np_random) or an int seed, got {type(rng).__name__}")
-    shape, placement = _checked_settings(
-        size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement
-    )
+    settings = (size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement)
+    try:  # an env checks the same settings at every reset
+        shape, placement = _checked_settings_cached(*settings)
+    except TypeError as err:
+        if "unhashable" not in str(err):
+            raise
+        shape, placement = _checked_settings(*settings)
     if max_tries < 1:
         raise ValueError(f"max_tries must be at least 1, got {max_tries}")
 
     # The size is drawn once, not per try: redrawing it would favour the sizes whose candidates pass more often.
-    # (rng.integers(3) is the very draw rng.choice(PAPER_SIZES) makes, at a fraction of its cost.)
-    height, width = shape if shape is not None else (PAPER_SIZES[int(rng.integers(len(PAPER_SIZES)))],) * 2
+    if shape is None:
+        side = PAPER_SIZES[bisect_right(_PAPER_SIZE_CUTS, rng.random())]
+        shape = (side, side)
+    height, width = shape
     cells = (height - 2) * (width - 2)
     table = None
     if (
@@ -404,7 +446,9 @@ def _generate(
                 tally.too_short += 1
             else:
                 boxes, goals = frozenset([floor[box]]), frozenset([floor[goal]])
-                return SokobanLevel(height, width, walls, boxes, goals, floor[player]), moves, None
+                # An open room: every interior cell is floor, and the three cells are distinct interior cells.
+                level = trusted_level(height, width, walls, boxes, goals, floor[player], _open_floor(height, width))
+                return level, moves, None
             continue
         if placement == "uniform":
             level = _uniform_candidate(rng, height, width, walls, floor, num_boxes)

@@ -32,6 +32,7 @@ __all__ = [
     "SokobanLevel",
     "parse_level",
     "load_levels",
+    "check_playable",
     "apply_move",
     "replay",
     "MOVED",
@@ -133,6 +134,17 @@ class SokobanLevel:
 
     def __str__(self) -> str:
         return "\n".join(self.to_xsb())
+
+
+def trusted_level(height: int, width: int, walls: frozenset[Cell], boxes: frozenset[Cell], targets: frozenset[Cell],
+                  player: Cell, floor: frozenset[Cell]) -> SokobanLevel:
+    """A level built without the checks, for a generator that guarantees them by construction (distinct cells on
+    ``floor``, the floor the player reaches, walls inside the grid): an env's reset then skips a flood fill."""
+    level = object.__new__(SokobanLevel)
+    for name, value in (("height", height), ("width", width), ("walls", walls), ("boxes", boxes),
+                        ("targets", targets), ("player", player), ("name", ""), ("floor", floor)):
+        object.__setattr__(level, name, value)
+    return level
 
 
 def _validate(level: SokobanLevel) -> frozenset[Cell]:
@@ -381,6 +393,22 @@ def _jsonl_records(path: Path) -> list[tuple[str, list[str], str, int]]:
     return records
 
 
+def check_playable(level: SokobanLevel) -> SokobanLevel:
+    """Return ``level``, or raise ``LevelError`` when its start is already lost.
+
+    A box off-goal on a square from which no goal can be reached (such as a corner) makes a broken level, not a
+    hard one. Every way a level enters an env (a file, a sequence of levels, the ``level`` reset option) runs this
+    one check, so a level is accepted or refused the same way wherever it comes from.
+    """
+    from erl_envs.sokoban_solver import dead_squares  # the solver imports this module
+
+    lost = sorted((level.boxes - level.targets) & dead_squares(level))
+    if lost:
+        raise LevelError(f"the level cannot be solved: the box at {_where(lost[0])} can never be pushed onto "
+                         f"a goal (it is in a corner or against a wall with no goal along it)", *lost[0])
+    return level
+
+
 def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     """Load every level of a file, or raise naming the file, the level and the problem (never a partial load).
 
@@ -394,7 +422,6 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     reports ``optimal_steps=None``): searching every level at load time would make big collections slow to open.
     Repeated levels and repeated names are allowed (a collection may weight a level by repeating it; names are labels).
     """
-    from erl_envs.sokoban_solver import dead_squares  # the solver imports this module
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"level file not found: {path}")
@@ -417,11 +444,7 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     levels = []
     for where, rows, name, first_line in records:
         try:
-            level = parse_level(rows, name=name)
-            lost = sorted((level.boxes - level.targets) & dead_squares(level))
-            if lost:
-                raise LevelError(f"the level cannot be solved: the box at {_where(lost[0])} can never be pushed onto "
-                                 f"a goal (it is in a corner or against a wall with no goal along it)", *lost[0])
+            level = check_playable(parse_level(rows, name=name))
         except LevelError as err:
             at = f", file line {first_line + err.row}" if first_line and err.row is not None else ""
             raise LevelError(f"{path}: {where}{at}: {err}") from None

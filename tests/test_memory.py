@@ -205,3 +205,80 @@ def test_retrieval_validates_its_data():
         RetrievalMemory.from_dict(data)
     with pytest.raises(TypeError, match="task_text"):
         RetrievalMemory().get(task_text=b"bytes")
+
+
+# ----------------------------------------------------------------------------- the pool memory (the paper code's scope)
+
+
+def test_pool_assigns_episodes_to_slots_in_turn_and_keeps_them_apart():
+    from erl_envs.memory import PoolMemory
+
+    pool = PoolMemory(slots=3)
+    a, b = pool.handle(), pool.handle()
+    taken = []
+    for handle in (a, b, a, b, a):
+        handle.start_episode()
+        taken.append(handle.slot)
+    assert taken == [0, 1, 2, 0, 1]  # first in, first out over all handles
+    a.update("rulebook for slot 1")  # a's latest episode holds slot 1
+    assert b.get() is None  # b's episode holds slot 0
+    b.start_episode()  # slot 2
+    assert b.get() is None
+    b.start_episode()  # slot 0
+    a.start_episode()  # slot 1
+    assert a.get() == "rulebook for slot 1" and b.get() is None
+    assert len(pool) == 1 and pool.updates == 1
+
+
+def test_pool_memory_round_trips_through_a_file(tmp_path):
+    from erl_envs.memory import PoolMemory, load_memory, memory_from_dict
+
+    pool = PoolMemory(slots=4)
+    handle = pool.handle()
+    for prompt in ("first", "second", "third"):
+        handle.start_episode()
+        handle.update(prompt)
+    pool.save(tmp_path / "pool.json")
+    again = load_memory(tmp_path / "pool.json")
+    assert isinstance(again, PoolMemory) and again.to_dict() == pool.to_dict()
+    assert memory_from_dict(pool.to_dict()).to_dict() == pool.to_dict()
+    resumed = again.handle()
+    resumed.start_episode()  # slot 3: the cursor was saved too
+    assert resumed.slot == 3 and resumed.get() is None
+    resumed.start_episode()
+    assert resumed.get() == "first"
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"kind": "PoolMemory", "version": 1, "slots": 0}, "slots"),
+    ({"kind": "PoolMemory", "version": 1, "slots": 2, "prompts": {"5": "x"}}, "slot 5"),
+    ({"kind": "PoolMemory", "version": 1, "slots": 2, "prompts": {"0": " "}}, "empty"),
+    ({"kind": "PoolMemory", "version": 1, "slots": 2, "next": 7}, "next"),
+])
+def test_pool_memory_rejects_bad_data(data, match):
+    from erl_envs.memory import PoolMemory
+
+    with pytest.raises(ValueError, match=match):
+        PoolMemory.from_dict(data)
+
+
+def test_wrappers_with_pool_handles_write_only_their_episodes_slot():
+    import gymnasium as gym
+
+    from erl_envs.memory import PoolMemory
+    from erl_envs.reflection import ReflectionWrapper
+    from erl_envs.reflectors import RuleReflector
+
+    pool = PoolMemory(slots=2)
+    envs = [ReflectionWrapper(gym.make("ERL-FrozenLake-v0"), memory=pool.handle(), reflector=RuleReflector())
+            for _ in range(2)]
+    for env in envs:
+        env.reset(options={"map": ["SH", "FG"]})
+    # Env 0 (slot 0) walks into the hole, reflects, and solves the retry; env 1 (slot 1) never reflects.
+    env = envs[0]
+    env.step("```Right```")
+    assert env.phase == "attempt2"  # the rule reflector wrote the reflection at once
+    for move in ("```Down```", "```Right```"):
+        *_, info = env.step(move)
+    assert info["record"]["memory_updated"] is True
+    assert pool.slot_prompt(0) is not None and pool.slot_prompt(1) is None

@@ -77,7 +77,7 @@ def test_same_seed_same_level_and_task_id():
 # Rooms the XSB text of which has exterior cells, ragged rows, thick walls, a closed-off pocket, goals under the
 # player and a box: the env hashes a level by writing its boxes and player into its room's cached XSB text.
 ODD_LEVELS = [
-    ["  #####", "###  .#", "# $@  #", "#   ###", "#####"],
+    ["  ####", "###  #", "# $. #", "#  @ #", "######"],
     ["######", "#+$  #", "# *  #", "######"],
     ["#######", "#@ $ .#", "#######", "#     #", "#######"],
     ["    ####", "#####  #", "#  .$@ #", "#####  #", "    ####"],
@@ -346,3 +346,76 @@ def test_generated_levels_are_won_by_their_optimal_solution(seed):
     for action in solution:
         obs, reward, terminated, truncated, info = env.step(format_action(action))
     assert terminated and info["success"]
+
+
+# ----------------------------------------------------------------------------- the paper's data
+
+
+def test_default_levels_follow_the_paper_train_mix_and_avoid_its_test_set():
+    """12,800 default resets (200 steps x 64 tasks): no paper test layout, room sizes within 3 points of 11/38/51."""
+    from erl_envs.paper_tasks import sokoban_test_keys
+
+    test_keys = sokoban_test_keys()
+    assert len(test_keys) == 100
+    env = SokobanTextEnv()
+    env.reset(seed=0)
+    sizes, overlap = [], 0
+    for _ in range(12_800):
+        info = env.reset()[1]
+        overlap += info["level_key"] in test_keys
+        sizes.append(env.level.height)
+    assert overlap == 0
+    share = {n: sizes.count(n) / len(sizes) for n in (6, 7, 8)}
+    for n, paper in ((6, 0.11), (7, 0.38), (8, 0.51)):
+        assert abs(share[n] - paper) < 0.03, share
+
+
+def test_exclude_redraws_exactly_the_excluded_levels():
+    plain = SokobanTextEnv(exclude=None)
+    levels = [plain.reset(seed=s)[1]["level_key"] for s in range(30)]
+    first = SokobanTextEnv(exclude=None)
+    first.reset(seed=3)
+    banned = first.level
+    env = SokobanTextEnv(exclude=[banned])
+    assert env.reset(seed=3)[1]["level_key"] != levels[3]
+    assert [env.reset(seed=s)[1]["level_key"] for s in range(30) if s != 3] == [k for s, k in enumerate(levels)
+                                                                                if s != 3 and k != banned.key]
+    with pytest.raises(ValueError, match="exclude"):
+        SokobanTextEnv(exclude="everything")
+
+
+def test_packaged_test_sets_load_without_shared(tmp_path, monkeypatch):
+    from erl_envs.paper_tasks import frozenlake_test_rows, sokoban_test_layouts
+
+    monkeypatch.setenv("ERL_SHARED", str(tmp_path))
+    layouts = sokoban_test_layouts()
+    assert len(layouts) == 100 and sum(len(rows) == 8 for rows in layouts) == 68
+    assert sum(len(rows) == 7 for rows in layouts) == 32
+    env = SokobanTextEnv(levels=["\n".join(rows) for rows in layouts])
+    assert all(env.reset(options={"level_index": i})[1]["optimal_steps"] <= 8 for i in range(100))
+    rows = frozenlake_test_rows()
+    assert len(rows) == 100 and {"seed", "size", "p", "map"} <= set(rows[0])
+
+
+def test_packaged_test_sets_equal_the_shared_ones(paper_tasks):
+    import json
+
+    import pandas as pd
+
+    from erl_envs.paper_tasks import frozenlake_test_rows, sokoban_test_layouts
+
+    shared = pd.read_parquet(paper_tasks / "sokoban_test.parquet")
+    assert sokoban_test_layouts() == [[str(row) for row in layout] for layout in shared.layout]
+    maps = [json.loads(line) for line in (paper_tasks / "frozenlake_test_maps.jsonl").read_text().splitlines()]
+    assert frozenlake_test_rows() == maps
+
+
+def test_a_cornered_box_is_refused_however_the_level_arrives(tmp_path):
+    """One check for files, sequences of levels and the reset option: a box stuck in a corner off its goal."""
+    cornered = "######\n#$  .#\n# @  #\n######"
+    path = tmp_path / "k.txt"
+    path.write_text(cornered)
+    for build in (lambda: SokobanTextEnv(levels=path), lambda: SokobanTextEnv(levels=[cornered]),
+                  lambda: SokobanTextEnv().reset(options={"level": cornered})):
+        with pytest.raises(ValueError, match="cannot be solved: the box at row 1, col 1"):
+            build()

@@ -37,8 +37,8 @@ def test_paper_setting_guarantees_over_many_seeds():
         assert replay(level, solution).is_solved
         if seed % 10 == 0:  # the returned solution is optimal
             assert solution_stats(level, method="bfs").moves == len(solution)
-    # n ~ U{6, 7, 8}: 200 expected each.
-    assert all(150 <= sizes[n] <= 250 for n in (6, 7, 8)), sizes
+    # The paper's train mix: 68, 228 and 304 expected of 600.
+    assert 40 <= sizes[6] <= 100 and 180 <= sizes[7] <= 280 and 250 <= sizes[8] <= 360, sizes
     assert set(lengths) == set(range(1, 9))
 
 
@@ -194,13 +194,23 @@ def test_a_solver_budget_too_small_for_the_room_still_rejects_candidates():
         generate_level(np.random.default_rng(0), size=6, max_states=2, max_tries=30)
 
 
-def test_room_size_is_the_draw_rng_choice_makes():
-    """The size is drawn with rng.integers, which is what rng.choice(PAPER_SIZES) draws (and so keeps every seed's
-    level); the rng must also be left where choice leaves it."""
-    for seed in range(500):
-        reference = np.random.default_rng(seed)
-        expected = int(reference.choice(sokoban_generator.PAPER_SIZES))
-        rng = np.random.default_rng(seed)
-        assert sokoban_generator.PAPER_SIZES[int(rng.integers(len(sokoban_generator.PAPER_SIZES)))] == expected
-        assert rng.random() == reference.random()
+def test_room_size_follows_the_paper_train_mix():
+    """One U[0, 1) draw picks the side with the train set's weights; the rest of the level follows from the rng."""
+    weights = sokoban_generator.PAPER_SIZE_WEIGHTS
+    assert sum(weights) == pytest.approx(1.0) and weights == (0.1136, 0.3795, 0.5069)
+    for seed in range(300):
+        u = np.random.default_rng(seed).random()
+        expected = 6 if u < 0.1136 else 7 if u < 0.1136 + 0.3795 else 8
         assert generate_level(np.random.default_rng(seed))[0].height == expected
+
+
+def test_open_room_table_agrees_with_the_solver_on_the_paper_layouts():
+    from erl_envs.paper_tasks import sokoban_test_layouts
+    from erl_envs.sokoban_generator import open_room_moves
+    from erl_envs.sokoban_levels import parse_level
+
+    for rows in sokoban_test_layouts():
+        level = parse_level(rows)
+        assert open_room_moves(level) == solution_stats(level, method="bfs").moves
+    # Not an open one-box room: the caller must search.
+    assert open_room_moves(parse_level(["#######", "#@$ $.#", "#  . ##", "#######"])) == -1
