@@ -39,6 +39,7 @@ class TrainConfig:
     reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector) or "plan" (its solution only)
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
+    reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.prompts' for the env
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
@@ -92,6 +93,7 @@ class TrainConfig:
     mask_truncated: bool = False  # replies cut off by max_new_tokens are kept in the context but get no gradient
     episode_time_limit: float = 0.0  # seconds a training episode may run before it ends with reward 0; 0 = off
     episode_token_limit: int = 0  # model tokens a training episode may generate before it ends with reward 0; 0 = off
+    max_sampled_tokens: int = 0  # stop once training rollouts sampled this many tokens (resume included); 0 = off
     # --- scaling out: precision, memory, data parallel (torchrun), LoRA ---
     precision: str = "auto"  # forward-pass autocast: auto (bf16 on GPUs that support it, fp32 on CPU), bf16, fp32
     max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
@@ -126,6 +128,8 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if not isinstance(self.reflection_instructions, str):
+            raise TypeError(f"reflection_instructions must be a str, got {type(self.reflection_instructions).__name__}")
         if self.preset and self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         for name in ("steps", "tasks_per_step", "n_rlvr", "n_erl", "max_new_tokens", "micro_batch_size",
@@ -136,7 +140,7 @@ class TrainConfig:
             raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.temperature <= 0 or self.eval_temperature <= 0 or self.reflect_temperature <= 0:
             raise ValueError("temperatures must be positive (greedy decoding is not used for RL rollouts)")
-        for name in ("max_bad_steps", "episode_time_limit", "episode_token_limit"):
+        for name in ("max_bad_steps", "episode_time_limit", "episode_token_limit", "max_sampled_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative (0 turns it off), got {getattr(self, name)}")
         for name in ("max_tokens_per_micro_batch", "lora_r"):
@@ -150,6 +154,14 @@ class TrainConfig:
     def group_size(self) -> int:
         return self.n_erl if self.algo == "erl" else self.n_rlvr
 
+
+# The reflect-phase prompt of cpu-smol: the paper's request (rewrite your system prompt as a rulebook inside
+# <prompt>...</prompt>) in a few lines, so a 135M model reads it within its budget and keeps the format.
+SMOL_REFLECTION_INSTRUCTIONS = (
+    "Your last attempt at this grid game failed. Read its trace below and work out the rules. Then write a new "
+    "system prompt for your next try, inside <prompt>...</prompt>: what each symbol means, what each move does, "
+    "and a short plan to reach the goal. Only the text inside <prompt>...</prompt> is kept."
+)
 
 # Presets are overrides of the defaults above. cpu-tiny is the embedded default job (2 CPU cores, minutes);
 # paper-qwen3-4b is the paper's setting for one 8-GPU node. HotpotQA has no paper test set in the seeded sense:
@@ -192,6 +204,40 @@ PRESETS: dict[str, dict[str, Any]] = {
         device="cpu",
         dtype="float32",
     ),
+    # A real instruct model on 2 CPU cores: SmolLM2-135M-Instruct writes its own reflections (the paper's method,
+    # not an oracle). On 2 shared cores a forward+backward pass runs at tens of tokens/s, so everything is small:
+    # 8 episodes a step, a short reflection prompt and reply, LoRA (about 1.8x faster per trained token than full
+    # fine-tuning here, benchmarks/results/smol_erl.md), no KL reference pass. Actions are constrained to the env's
+    # move strings: unconstrained, the 135M model almost never writes a move in the asked format, every reward is
+    # 0 and there is nothing to learn from. Held-out evaluation: the paper's test maps of the trained sizes.
+    "cpu-smol": dict(
+        model="smollm2-135m",
+        algo="erl",
+        reflector="policy",
+        reflection_instructions=SMOL_REFLECTION_INSTRUCTIONS,
+        steps=12,
+        tasks_per_step=2,
+        n_erl=4,
+        n_rlvr=10,
+        temperature=0.7,
+        constrained_actions=True,
+        max_new_tokens=16,
+        reflect_max_new_tokens=128,
+        max_seq_len=2048,
+        lora_r=16,
+        lora_alpha=32.0,
+        lr=2e-4,
+        kl_coef=0.0,
+        loss_agg="token-mean",
+        micro_batch_size=4,
+        eval_every=4,
+        eval_tasks=100,
+        eval_samples=1,
+        eval_set="auto",
+        checkpoint_every=4,
+        device="cpu",
+        dtype="float32",
+    ),
     "paper-qwen3-4b": dict(
         model="Qwen/Qwen3-4B-Instruct-2507",
         steps=200,
@@ -224,6 +270,10 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
                                             lr=1e-3, entropy_coef=0.01, reflector="plan"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
+    # SmolLM2 on 2 cores: boards of sizes 2-4 keep a conversation within a few hundred tokens (a 9x9 board is ~200
+    # tokens per turn), and evaluation uses the 37 paper test maps of those sizes.
+    ("cpu-smol", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}),
+    ("cpu-smol", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(

@@ -458,6 +458,9 @@ def merge_rollout_rows(rows: Sequence[dict]) -> dict:
             weight = f"count/{role}" if kind in ("reward", "success") else "count/attempt2"
             total = sum(row[weight] for row in present)
             merged[key] = float(sum(row[key] * row[weight] for row in present) / total)
+        elif key == "reflection/prompt_rate":
+            total = sum(row["reflection/count"] for row in present)
+            merged[key] = float(sum(row[key] * row["reflection/count"] for row in present) / total)
         elif key == "memory/set":
             merged[key] = max(row[key] for row in present)  # one memory, synchronised across ranks
         else:
@@ -567,7 +570,8 @@ class Trainer:
             reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
         return [ReflectionWrapper(env, memory=self.memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
-                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection) for env in self.envs]
+                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
+                                  reflection_instructions=cfg.reflection_instructions or None) for env in self.envs]
 
     def _load_policy(self, reference: bool = False) -> Policy:
         cfg = self.config
@@ -595,7 +599,12 @@ class Trainer:
         if cfg.eval_set in ("auto", "paper"):
             folder = os.environ.get("ERL_PAPER_TASKS", "")
             tasks = paper_tasks(cfg.env, folder) if folder and os.path.isdir(folder) else None
-            if tasks is not None:
+            if tasks is not None and "size" in cfg.env_kwargs:
+                # Only the test maps of the sizes the run trains on (FrozenLake's are sizes 2-9).
+                low, high = (cfg.env_kwargs["size"],) * 2 if isinstance(cfg.env_kwargs["size"], int) \
+                    else cfg.env_kwargs["size"]
+                tasks = [t for t in tasks if "size" not in (t[1] or {}) or low <= t[1]["size"] <= high]
+            if tasks:
                 return tasks[: cfg.eval_tasks]
             if cfg.eval_set == "paper":
                 raise ValueError(f"no paper test set for {cfg.env}: set ERL_PAPER_TASKS to the paper_tasks folder "
@@ -670,6 +679,12 @@ class Trainer:
             # The time limit counts training only: held-out evaluation is measurement, not training.
             training_seconds = time.perf_counter() - started - sum(m.get("time/eval", 0.0) for m in self.metrics)
             out_of_time = self.world.any(cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min)
+            # The sampled-token budget (what RLVR and ERL runs are matched on); metrics survive a resume, so it
+            # counts the whole run. Rollout metrics are already merged over ranks: every rank sees the same sum.
+            row["tokens/sampled_total"] = row["tokens/generated"] + sum(m.get("tokens/generated", 0)
+                                                                        for m in self.metrics)
+            out_of_tokens = bool(cfg.max_sampled_tokens and row["tokens/sampled_total"] >= cfg.max_sampled_tokens)
+            out_of_time = out_of_time or out_of_tokens
             last = self.step == cfg.steps or out_of_time
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
                 row = self._evaluate(eval_sampling, row)
@@ -719,6 +734,11 @@ class Trainer:
         row["groups/zero_variance"] = zero_variance_groups(trajectories)
         row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
         row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
+        reflections = [e.record["reflection"] for e in episodes if e.record and e.record.get("reflection")]
+        if reflections:
+            # How often a reflection held a usable <prompt> block (else attempt 2 fell back to the base prompt).
+            row["reflection/count"] = len(reflections)
+            row["reflection/prompt_rate"] = float(np.mean([not r["fallback"] for r in reflections]))
         if self.memory is not None:
             row["memory/set"] = float(bool(self.memory.get()))
         return row
