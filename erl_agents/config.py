@@ -54,6 +54,7 @@ class TrainConfig:
     reflect_max_new_tokens: int = 1024
     constrained_actions: bool = False  # restrict replies to the env's valid action strings when it declares them
     max_seq_len: int = 8192  # a conversation reaching this stops generating; its remaining turns are empty replies
+    kv_reuse: bool = True  # keep each conversation's KV cache across turns (same samples; off re-reads every turn)
     # --- the update ---
     lr: float = 1e-6  # AdamW learning rate (paper: 1e-6)
     weight_decay: float = 0.01

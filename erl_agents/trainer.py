@@ -648,7 +648,8 @@ class Trainer:
                 episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
-                                        time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit)
+                                        time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
+                                        kv_reuse=cfg.kv_reuse)
             if self.memory is not None and self.world.enabled:
                 self._sync_memory(memory_updates)
             trajectories = [t for e in episodes for t in e.trajectories]
@@ -753,7 +754,8 @@ class Trainer:
         with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision):
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
             result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
-                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len) if tasks else None
+                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
+                              kv_reuse=cfg.kv_reuse) if tasks else None
         if self.world.enabled:
             result = merge_eval_results(self.world.gather(result), cfg.eval_samples)
         row = dict(row)
