@@ -42,6 +42,7 @@ class TrainConfig:
     reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector) or "plan" (its solution only)
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
+    reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.prompts' for the env
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
     memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)
@@ -58,6 +59,7 @@ class TrainConfig:
     reflect_max_new_tokens: int = 1024
     constrained_actions: bool = False  # restrict replies to the env's valid action strings when it declares them
     max_seq_len: int = 8192  # a conversation reaching this stops generating; its remaining turns are empty replies
+    kv_reuse: bool = True  # keep each conversation's KV cache across turns (same samples; off re-reads every turn)
     # --- the update ---
     lr: float = 1e-6  # AdamW learning rate (paper: 1e-6)
     weight_decay: float = 0.01
@@ -84,7 +86,7 @@ class TrainConfig:
     eval_temperature: float = 0.7
     eval_top_p: float = 0.8
     eval_top_k: int = 20
-    eval_set: str = "auto"  # auto: the paper's test set when it fits env_kwargs' sizes; paper: always; seeded
+    eval_set: str = "auto"  # auto: the paper's test instances of the trained sizes, else seeded; paper; seeded
     allow_eval_overlap: bool = False  # let held-out evaluation ask training questions (HotpotQA); default: refuse
     # --- bookkeeping ---
     checkpoint_every: int = 10  # steps between checkpoints; 0 saves only at the end
@@ -100,6 +102,7 @@ class TrainConfig:
     mask_truncated: bool = False  # replies cut off by max_new_tokens are kept in the context but get no gradient
     episode_time_limit: float = 0.0  # seconds a training episode may run before it ends with reward 0; 0 = off
     episode_token_limit: int = 0  # model tokens a training episode may generate before it ends with reward 0; 0 = off
+    max_sampled_tokens: int = 0  # stop once training rollouts sampled this many tokens (resume included); 0 = off
     # --- scaling out: precision, memory, data parallel (torchrun), LoRA ---
     precision: str = "auto"  # forward-pass autocast: auto (bf16 on GPUs that support it, fp32 on CPU), bf16, fp32
     max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
@@ -125,6 +128,15 @@ class TrainConfig:
     @property
     def group_size(self) -> int:
         return self.n_erl if self.algo == "erl" else self.n_rlvr
+
+
+# The reflect-phase prompt of cpu-smol: the paper's request (rewrite your system prompt as a rulebook inside
+# <prompt>...</prompt>) in a few lines, so a 135M model reads it within its budget and keeps the format.
+SMOL_REFLECTION_INSTRUCTIONS = (
+    "Your last attempt at this grid game failed. Read its trace below and work out the rules. Then write a new "
+    "system prompt for your next try, inside <prompt>...</prompt>: what each symbol means, what each move does, "
+    "and a short plan to reach the goal. Only the text inside <prompt>...</prompt> is kept."
+)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -185,6 +197,8 @@ RULES: dict[str, Rule] = {
     "seed": Rule(int, f"in [0, {2**32 - 1}]", lambda v: 0 <= v < 2**32),
     "output": _text(resume="free"),
     "resume": _FREE_FLAG,
+    "max_sampled_tokens": _off_or_more(resume="free"),
+    "reflection_instructions": Rule(str),
     "allow_eval_overlap": _FREE_FLAG,
     "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
                            lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
@@ -210,6 +224,7 @@ RULES: dict[str, Rule] = {
     "reflect_top_p": _fraction(low_open=True, high_open=False),
     "reflect_max_new_tokens": _at_least(1),
     "constrained_actions": _FLAG,
+    "kv_reuse": _FREE_FLAG,  # the same samples either way: a speed switch
     "max_seq_len": _at_least(2),
     "lr": _positive(),
     "weight_decay": _off_or_more(float),
@@ -346,6 +361,40 @@ PRESETS: dict[str, dict[str, Any]] = {
         device="cpu",
         dtype="float32",
     ),
+    # A real instruct model on 2 CPU cores: SmolLM2-135M-Instruct writes its own reflections (the paper's method,
+    # not an oracle). On 2 shared cores a forward+backward pass runs at tens of tokens/s, so everything is small:
+    # 8 episodes a step, a short reflection prompt and reply, LoRA (about 1.8x faster per trained token than full
+    # fine-tuning here, benchmarks/results/smol_erl.md), no KL reference pass. Actions are constrained to the env's
+    # move strings: unconstrained, the 135M model almost never writes a move in the asked format, every reward is
+    # 0 and there is nothing to learn from. Held-out evaluation: the paper's test maps of the trained sizes.
+    "cpu-smol": dict(
+        model="smollm2-135m",
+        algo="erl",
+        reflector="policy",
+        reflection_instructions=SMOL_REFLECTION_INSTRUCTIONS,
+        steps=12,
+        tasks_per_step=2,
+        n_erl=4,
+        n_rlvr=10,
+        temperature=0.7,
+        constrained_actions=True,
+        max_new_tokens=16,
+        reflect_max_new_tokens=128,
+        max_seq_len=2048,
+        lora_r=16,
+        lora_alpha=32.0,
+        lr=2e-4,
+        kl_coef=0.0,
+        loss_agg="token-mean",
+        micro_batch_size=4,
+        eval_every=4,
+        eval_tasks=100,
+        eval_samples=1,
+        eval_set="auto",
+        checkpoint_every=4,
+        device="cpu",
+        dtype="float32",
+    ),
     "paper-qwen3-4b": dict(
         model="Qwen/Qwen3-4B-Instruct-2507",
         steps=200,
@@ -395,6 +444,10 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
                                             lr=1e-3, entropy_coef=0.01, reflector="plan"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
+    # SmolLM2 on 2 cores: boards of sizes 2-4 keep a conversation within a few hundred tokens (a 9x9 board is ~200
+    # tokens per turn), and evaluation uses the 37 paper test maps of those sizes.
+    ("cpu-smol", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}),
+    ("cpu-smol", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.

@@ -68,6 +68,7 @@ def evaluate(
     sampling: SamplingParams,
     constrained: bool = False,
     max_seq_len: int = 8192,
+    kv_reuse: bool = True,
 ) -> dict[str, float]:
     """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes."""
     resets = [task for task in tasks for _ in range(samples)]
@@ -77,7 +78,7 @@ def evaluate(
     for start in range(0, len(resets), len(envs)):
         chunk = resets[start:start + len(envs)]
         episodes = run_episodes(policy, envs[: len(chunk)], chunk, owners[start:start + len(chunk)], sampling,
-                                constrained=constrained, max_seq_len=max_seq_len, table=table)
+                                constrained=constrained, max_seq_len=max_seq_len, table=table, kv_reuse=kv_reuse)
         for episode in episodes:
             returns.append(episode.returns)
             successes.append(float(episode.success))

@@ -19,7 +19,8 @@ from typing import Sequence
 
 import gymnasium as gym
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
+from transformers.cache_utils import DynamicLayer
 
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
@@ -30,6 +31,7 @@ __all__ = [
     "Trajectory",
     "Episode",
     "ConstraintTable",
+    "CachedPrefix",
     "generate_replies",
     "run_episodes",
     "consolidation_copies",
@@ -201,11 +203,66 @@ class _TrieConstraint(LogitsProcessor):
 
 
 @dataclass
+class CachedPrefix:
+    """The keys and values of a conversation's first tokens, as the ``generate`` call that read them left them.
+
+    They stay in that call's batched cache (row ``row``, positions ``columns``) rather than being copied out per
+    conversation: the next call gathers all its rows with one index per layer, and the old cache is freed once no
+    conversation points into it.
+    """
+
+    tokens: list[int]  # what the keys and values are of: the conversation's first len(tokens) tokens
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer, keys and values [batch, heads, width, dim]
+    row: int
+    columns: torch.Tensor  # [len(tokens)] positions of those tokens in the width dimension, in order
+
+
+@dataclass
 class Reply:
     ids: list[int]  # sampled tokens, including the end-of-turn token when the model produced it
     logprobs: list[float]
     constraints: list[int]
     finished: bool  # ended with a stop token (else it hit max_new_tokens)
+    prefix: CachedPrefix | None = None  # with kv_reuse: context and reply as far as the model has read them
+
+
+def _check_prefix(prefix: CachedPrefix, context: Sequence[int]) -> None:
+    # A prefix of another conversation, or one that leaves no token to read, would give silently wrong samples.
+    if len(prefix.tokens) >= len(context) or list(context[: len(prefix.tokens)]) != prefix.tokens:
+        raise ValueError("a cached prefix must be a proper prefix of its context (it belongs to another conversation "
+                         "or the context did not grow since it was cached)")
+
+
+def _stack_prefixes(prefixes: Sequence[CachedPrefix | None], width: int) -> DynamicCache:
+    """One batched cache of ``width`` positions with every row's prefix right-aligned (left padding).
+
+    Padding positions are masked out by the attention mask; they repeat a real position of the row (or stay zero
+    for a row without a prefix) so that they hold finite values.
+    """
+    sources: dict[int, tuple[tuple, list[tuple[int, CachedPrefix]]]] = {}
+    for row, prefix in enumerate(prefixes):
+        if prefix is not None:
+            sources.setdefault(id(prefix.layers), (prefix.layers, []))[1].append((row, prefix))
+    template = next(iter(sources.values()))[0]
+    stacked = [tuple(t.new_zeros((len(prefixes), t.shape[1], width, t.shape[3])) for t in kv) for kv in template]
+    for layers, members in sources.values():
+        rows = torch.tensor([row for row, _ in members])
+        source_rows = torch.tensor([prefix.row for _, prefix in members])[:, None]
+        index = torch.stack([torch.cat([prefix.columns[:1].expand(width - len(prefix.tokens)), prefix.columns])
+                             for _, prefix in members])
+        for (keys, values), (source_keys, source_values) in zip(stacked, layers):
+            device = source_keys.device
+            # [rows, width, heads, dim] -> [rows, heads, width, dim]
+            keys[rows.to(device)] = source_keys[source_rows.to(device), :, index.to(device)].transpose(1, 2)
+            values[rows.to(device)] = source_values[source_rows.to(device), :, index.to(device)].transpose(1, 2)
+    return DynamicCache(stacked)
+
+
+def _cache_layers(cache) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    if not isinstance(cache, DynamicCache) or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        raise ValueError(f"kv_reuse needs a model whose generate cache keeps every position of every layer "
+                         f"(DynamicCache of DynamicLayer), got {type(cache).__name__}; set kv_reuse false")
+    return tuple((layer.keys, layer.values) for layer in cache.layers)
 
 
 @torch.inference_mode()
@@ -215,23 +272,40 @@ def generate_replies(
     sampling: SamplingParams,
     valid_actions: Sequence[str] | None = None,
     table: ConstraintTable | None = None,
+    prefixes: Sequence[CachedPrefix | None] | None = None,
 ) -> list[Reply]:
     """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
 
     With ``valid_actions`` the reply is restricted token by token to those strings (then end of turn), and each
     sampled token records the set it was drawn from in ``table`` so the update scores it under the same set.
+
+    With ``prefixes`` (one per context: a ``CachedPrefix`` of it, or None) the model reads only each context's tokens
+    after its prefix, and each reply carries the prefix of its context plus reply for the next call. The cached
+    tokens keep the positions they were read at, the new ones are left-padded after them, so every row sees exactly
+    what it would see re-read from scratch: the same samples for the same seed.
     """
     tokenizer, chat = policy.tokenizer, policy.chat
-    width = max(len(c) for c in contexts)
+    if prefixes is not None and len(prefixes) != len(contexts):
+        raise ValueError(f"prefixes must have one entry per context, got {len(prefixes)} for {len(contexts)}")
+    for prefix, context in zip(prefixes or [], contexts):
+        if prefix is not None:
+            _check_prefix(prefix, context)
+    cached = [len(p.tokens) if p is not None else 0 for p in prefixes] if prefixes is not None else [0] * len(contexts)
+    past = max(cached)
+    width = past + max(len(c) - n for c, n in zip(contexts, cached))
     pad = tokenizer.pad_token_id
     input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
     attention = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, ids in enumerate(contexts):
-        input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        attention[row, width - len(ids):] = 1
+    for row, (ids, n) in enumerate(zip(contexts, cached)):
+        # Cached tokens end at column `past`, new tokens end at the last column; the gap between them is padding.
+        input_ids[row, past - n: past] = torch.tensor(ids[:n], dtype=torch.long)
+        input_ids[row, width - len(ids) + n:] = torch.tensor(ids[n:], dtype=torch.long)
+        attention[row, past - n: past] = 1
+        attention[row, width - len(ids) + n:] = 1
     constraint = _TrieConstraint(_ActionTrie(policy, valid_actions), width) if valid_actions else None
     # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
     max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
+    cache = {"cache": _stack_prefixes(prefixes, past)} if past else {}
     out = policy.model.generate(
         input_ids=input_ids.to(policy.device),
         attention_mask=attention.to(policy.device),
@@ -245,6 +319,7 @@ def generate_replies(
         output_scores=True,
         return_dict_in_generate=True,
         logits_processor=LogitsProcessorList([constraint] if constraint is not None else []),
+        **cache,
     )
     new = out.sequences[:, width:]
     # Log-probs of the sampled tokens under the distribution actually sampled from (after temperature/top-k/top-p),
@@ -253,6 +328,9 @@ def generate_replies(
         [torch.log_softmax(scores.float(), dim=-1).gather(-1, new[:, k, None]).squeeze(-1)
          for k, scores in enumerate(out.scores)], dim=1).cpu()
     new = new.cpu()
+    # The cache holds every column but the last sampled token, which the model never read.
+    layers = _cache_layers(out.cache) if prefixes is not None else None
+    read = new.shape[1] - 1
     replies = []
     stops = set(chat.stop_ids)
     interned: dict[int, int] = {}
@@ -269,7 +347,12 @@ def generate_replies(
                 if node not in interned:
                     interned[node] = table.intern(constraint.trie.sets[node])
             constraints = [interned[node] for node in nodes]
-        replies.append(Reply(ids, step_logprobs[row, : len(ids)].tolist(), constraints, finished))
+        reply = Reply(ids, step_logprobs[row, : len(ids)].tolist(), constraints, finished)
+        if layers is not None:
+            n, fresh, kept = cached[row], len(contexts[row]) - cached[row], min(len(ids), read)
+            columns = torch.cat([torch.arange(past - n, past), torch.arange(width - fresh, width + kept)])
+            reply.prefix = CachedPrefix(list(contexts[row]) + ids[:kept], layers, row, columns)
+        replies.append(reply)
     return replies
 
 
@@ -282,6 +365,7 @@ class _Live:
         self.episode = episode
         self.valid_actions = valid_actions
         self.conversation: Trajectory | None = None
+        self.prefix: CachedPrefix | None = None  # what the model has already read of the conversation (kv_reuse)
         self.phase = "attempt1"
 
 
@@ -309,6 +393,7 @@ def run_episodes(
     mask_truncated: bool = False,
     time_limit: float = 0.0,
     token_limit: int = 0,
+    kv_reuse: bool = True,
 ) -> list[Episode]:
     """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
 
@@ -320,6 +405,9 @@ def run_episodes(
     tokens, is ended there with reward 0 on all its conversations and ``budget_ended`` set, so one runaway episode
     cannot stall a step. ``mask_truncated`` gives replies cut off by max_new_tokens mask 0 (no gradient): their
     reward says little about them.
+
+    ``kv_reuse`` keeps each conversation's keys and values from one turn to the next, so a turn reads only the
+    env's new message; off, every turn re-reads the whole conversation. Both give the same episodes for the same seed.
     """
     if not (len(envs) == len(resets) == len(tasks)):
         raise ValueError(f"envs, resets and tasks must have the same length, got {len(envs)}, {len(resets)}, {len(tasks)}")
@@ -348,6 +436,7 @@ def run_episodes(
             conversation = state.conversation
             if conversation.overflowed or len(conversation.tokens) + 2 > max_seq_len:
                 conversation.overflowed = True
+                state.prefix = None
                 replies[i] = None
                 continue
             reflect = state.phase == "reflect"
@@ -359,7 +448,11 @@ def run_episodes(
             # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
             budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
             params = SamplingParams(params.temperature, params.top_p, params.top_k, max(budget, 1))
-            out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table)
+            prefixes = [live[i].prefix for i in members] if kv_reuse else None
+            out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
+                                   prefixes=prefixes)
+            for i, reply in zip(members, out):
+                live[i].prefix, reply.prefix = reply.prefix, None
             replies.update(zip(members, out))
         timing["generation"] += time.perf_counter() - clock
 
@@ -417,6 +510,7 @@ def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_
 
 
 def _close(state: _Live) -> None:
+    state.prefix = None
     if state.conversation is not None:
         state.episode.trajectories.append(state.conversation)
         state.conversation = None

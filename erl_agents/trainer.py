@@ -549,6 +549,9 @@ def merge_rollout_rows(rows: Sequence[dict]) -> dict:
             weight = f"count/{role}" if kind in ("reward", "success") else "count/attempt2"
             total = sum(row[weight] for row in present)
             merged[key] = float(sum(row[key] * row[weight] for row in present) / total)
+        elif key == "reflection/prompt_rate":
+            total = sum(row["reflection/count"] for row in present)
+            merged[key] = float(sum(row[key] * row["reflection/count"] for row in present) / total)
         elif key == "memory/set":
             merged[key] = max(row[key] for row in present)  # one memory, synchronised across ranks
         else:
@@ -568,21 +571,16 @@ def paper_tasks_folder() -> Path | None:
     return next((Path(c) for c in candidates if c and os.path.isdir(c)), None)
 
 
-def _tasks_fit(tasks: Sequence, env_kwargs: dict) -> bool:
-    """Whether the paper's instances lie inside the sizes ``env_kwargs`` trains on (``auto`` uses them only then:
-    a run on 2-4 boards is not evaluated on 9x9 ones)."""
-    size = env_kwargs.get("size")
+def _task_fits(options: dict | None, env_kwargs: dict) -> bool:
+    """Whether a paper instance lies inside the sizes ``env_kwargs`` trains on: FrozenLake's ``size`` is a range of
+    board sides, Sokoban's the largest level shape (height, width)."""
+    size, options = env_kwargs.get("size"), options or {}
     if size is None:
         return True
     pair = (size, size) if isinstance(size, int) else tuple(size)
-    for _, options in tasks:
-        options = options or {}
-        # FrozenLake's size is a range of board sides; Sokoban's the largest level shape (height, width).
-        if "size" in options and not min(pair) <= options["size"] <= max(pair):
-            return False
-        if "level" in options and (len(options["level"]) > pair[0] or max(map(len, options["level"])) > pair[1]):
-            return False
-    return True
+    if "size" in options and not min(pair) <= options["size"] <= max(pair):
+        return False
+    return not ("level" in options and (len(options["level"]) > pair[0] or max(map(len, options["level"])) > pair[1]))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -702,7 +700,8 @@ class Trainer:
         memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
         return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
-                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection)
+                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
+                                  reflection_instructions=cfg.reflection_instructions or None)
                 for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
@@ -771,13 +770,15 @@ class Trainer:
     def _eval_tasks(self) -> list:
         cfg = self.config
         if cfg.eval_set in ("auto", "paper"):
-            # A paper_tasks folder when one is found, else the test sets shipped with erl_envs.
+            # A paper_tasks folder when one is found, else the test sets shipped with erl_envs; only the instances
+            # of the sizes the run trains on (a run on 2-4 boards is not evaluated on 9x9 ones).
             tasks = paper_tasks(cfg.env, paper_tasks_folder())
-            if tasks is not None and (cfg.eval_set == "paper" or _tasks_fit(tasks, cfg.env_kwargs)):
+            tasks = [t for t in tasks if _task_fits(t[1], cfg.env_kwargs)] if tasks is not None else []
+            if tasks:
                 return tasks[: cfg.eval_tasks]
             if cfg.eval_set == "paper":
-                raise ValueError(f"no paper test set for {cfg.env}: set ERL_PAPER_TASKS to the paper_tasks folder "
-                                 "(../shared/paper_tasks in this project), or use --eval-set seeded")
+                raise ValueError(f"no paper test instance for {cfg.env} of the trained sizes "
+                                 f"(env_kwargs size {cfg.env_kwargs.get('size')!r}); use --eval-set seeded")
         return seeded_tasks(cfg.eval_tasks)
 
     def _sampling(self) -> tuple[SamplingParams, SamplingParams, SamplingParams]:
@@ -831,7 +832,8 @@ class Trainer:
                 episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
-                                        time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit)
+                                        time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
+                                        kv_reuse=cfg.kv_reuse)
             if self.memory is not None and self.world.enabled:
                 self._sync_memory(memory_updates)
             trajectories = [t for e in episodes for t in e.trajectories]
@@ -868,6 +870,12 @@ class Trainer:
             training_seconds = (self.time_before["training"] + time.perf_counter() - started
                                 - sum(m.get("time/eval", 0.0) for m in self.metrics[first_row:]))
             out_of_time = self.world.any(cfg.time_limit_min > 0 and training_seconds / 60 >= cfg.time_limit_min)
+            # The sampled-token budget (what RLVR and ERL runs are matched on); metrics survive a resume, so it
+            # counts the whole run. Rollout metrics are already merged over ranks: every rank sees the same sum.
+            row["tokens/sampled_total"] = row["tokens/generated"] + sum(m.get("tokens/generated", 0)
+                                                                        for m in self.metrics)
+            out_of_tokens = bool(cfg.max_sampled_tokens and row["tokens/sampled_total"] >= cfg.max_sampled_tokens)
+            out_of_time = out_of_time or out_of_tokens
             last = self.step == cfg.steps or out_of_time
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
                 row = self._evaluate(eval_sampling, row)
@@ -917,6 +925,11 @@ class Trainer:
         row["groups/zero_variance"] = zero_variance_groups(trajectories)
         row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
         row["tokens/total"] = sum(len(t.tokens) for t in trajectories)
+        reflections = [e.record["reflection"] for e in episodes if e.record and e.record.get("reflection")]
+        if reflections:
+            # How often a reflection held a usable <prompt> block (else attempt 2 fell back to the base prompt).
+            row["reflection/count"] = len(reflections)
+            row["reflection/prompt_rate"] = float(np.mean([not r["fallback"] for r in reflections]))
         if self.memory is not None:
             row["memory/set"] = float(len(self.memory) > 0)
         return row
@@ -931,7 +944,8 @@ class Trainer:
         with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision):
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
             result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
-                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len) if tasks else None
+                              constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
+                              kv_reuse=cfg.kv_reuse) if tasks else None
         if self.world.enabled:
             result = merge_eval_results(self.world.gather(result), cfg.eval_samples)
         row = dict(row)

@@ -197,13 +197,15 @@ def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch)
         torch.manual_seed(11)
         envs = [TextBanditEnv(turns=3, contextual=bool(i % 2)) for i in range(6)]
         episodes = run_episodes(policy, envs, [(i, None) for i in range(6)], list(range(6)),
-                                SamplingParams(1.0, 1.0, 0, 6), constrained=True, table=table)
+                                SamplingParams(1.0, 1.0, 0, 6), constrained=True, table=table,
+                                kv_reuse=False)  # each turn read from scratch, as the reference does (tests/test_kv_reuse.py)
         return [(t.tokens, t.mask, t.logprobs, [table.sets[c] if c >= 0 else c for c in t.constraints], t.reward)
                 for e in episodes for t in e.trajectories]
 
     fast = play(ConstraintTable())
 
-    def reference(policy, contexts, sampling, valid_actions=None, table=None):
+    def reference(policy, contexts, sampling, valid_actions=None, table=None, prefixes=None):
+        assert prefixes is None
         return [rollout.Reply(ids, lp, cs, done)
                 for ids, lp, cs, done in _reference_generate_replies(policy, contexts, sampling, valid_actions, table)]
 

