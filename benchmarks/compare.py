@@ -227,7 +227,8 @@ def check_held_out(settings: dict) -> list[str]:
                 else train
             problem = eval_overlap_problem(train, held_out)
             if problem and not config.allow_eval_overlap:
-                raise ValueError(f"{short_name(env)} ({LABELS[method]}): {problem}")
+                raise ValueError(f"{short_name(env)} ({LABELS[method]}): {problem} (here: --set "
+                                 "eval_env_kwargs=... or --set allow_eval_overlap=True, or the config's trainer keys)")
     return notes
 
 

@@ -180,6 +180,9 @@ CASES = {
     # LoRA with the adapters-off KL reference, gradient clipping active, and the token cap on micro-batches.
     "lora_kl_clip": dict(lora_r=4, lr=0.5, config=dict(loss_agg="token-mean", kl_coef=0.05, micro_batch_size=3,
                                                        max_grad_norm=0.05, max_tokens_per_micro_batch=60)),
+    # verl's schedule with one mini-batch of all 4 tasks: each rank takes 4 x 4 / 2 rows, its whole share.
+    "verl_schedule": dict(lora_r=0, lr=0.5, config=dict(loss_agg="seq-mean-token-sum", ppo_mini_batch_size=4,
+                                                        clip_ratio_c=3.0)),
 }
 
 
