@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("erl-serve: %s%s on http://%s:%d", args.env, " (reflection)" if args.reflection else "", args.host,
              args.port)
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the shutdown hook
-    # above closes every session's env, and the process exits 0.
+    # above closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 
