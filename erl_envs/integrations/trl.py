@@ -77,11 +77,14 @@ class ERLToolEnv:
 
     def get_reward(self) -> float:
         """The return of the last attempt played (the only attempt without ``reflection``)."""
+        return self._reward()
+
+    def _reward(self) -> float:
         return self._returns.get(self._attempt, 0.0)
 
     def _play(self, action: str, phase: str) -> str:
         if self._done:
-            raise EpisodeOver(f"The episode is over; its reward is {self.get_reward():g}. Stop calling tools.")
+            raise EpisodeOver(f"The episode is over; its reward is {self._reward():g}. Stop calling tools.")
         needed = "reflect" if self._phase == "reflect" else "attempt"
         if phase != needed:
             raise ValueError("Not now: call reflect first." if needed == "reflect" else
@@ -97,7 +100,7 @@ class ERLToolEnv:
         if self.reflection and info.get("new_conversation") and not self._done:
             return f"Second attempt at the same task. Your instructions now:\n{info['system_prompt']}\n\n{obs}"
         if self._done:
-            return f"{obs}\nThe episode is over; reward {self.get_reward():g}."
+            return f"{obs}\nThe episode is over; reward {self._reward():g}."
         return obs
 
 
