@@ -117,29 +117,3 @@ def format_reminder(style: str) -> str:
 
 def reflection_instructions(style: str) -> str:
     return _lookup(REFLECTION_INSTRUCTIONS, style)
-
-
-# --- Tool-calling system prompts (erl_envs.integrations.trl): the same tasks, acted on through named tools instead
-# of text blocks, for trainers whose models call functions (TRL's environment_factory). ---
-GRID_TOOL_INSTRUCTIONS = (
-    "You are an agent playing a game on a grid. Each turn you see the current grid; act by calling the move tool "
-    "with Up, Down, Left or Right. The tool answers with the new grid."
-)
-QA_TOOL_INSTRUCTIONS = (
-    "Answer the question. Call the search tool to look things up in a Wikipedia index as many times as you need; "
-    "when you know the answer, call the answer tool with the final answer, as short as possible."
-)
-GENERIC_TOOL_INSTRUCTIONS = (
-    "You are an agent acting in a text environment. Read each observation and call the act tool with your next "
-    "action."
-)
-REFLECT_TOOL_NOTE = (
-    "If an attempt fails you will get its trace; then call the reflect tool with a rulebook for your next attempt "
-    "at the same task, and play again."
-)
-TOOL_INSTRUCTIONS = {"grid": "GRID_TOOL_INSTRUCTIONS", "qa": "QA_TOOL_INSTRUCTIONS",
-                     "generic": "GENERIC_TOOL_INSTRUCTIONS"}
-
-
-def tool_instructions(style: str) -> str:
-    return _lookup(TOOL_INSTRUCTIONS, style)

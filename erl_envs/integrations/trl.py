@@ -35,9 +35,22 @@ from typing import Any
 import gymnasium as gym
 
 import erl_envs  # noqa: F401  (registers the ERL-* ids)
-from erl_envs import prompts, protocol
+from erl_envs import protocol
 
-__all__ = ["make_trl_environment", "make_dataset", "ERLToolEnv"]
+__all__ = ["make_trl_environment", "make_dataset", "ERLToolEnv", "TOOL_INSTRUCTIONS"]
+
+# The system prompts of tool use: the same tasks as the env's own instructions, acted on through the tools below
+# instead of text blocks, so they live beside the tools they describe. Assign to change them.
+TOOL_INSTRUCTIONS = {
+    "grid": "You are an agent playing a game on a grid. Each turn you see the current grid; act by calling the move "
+            "tool with Up, Down, Left or Right. The tool answers with the new grid.",
+    "qa": "Answer the question. Call the search tool to look things up in a Wikipedia index as many times as you "
+          "need; when you know the answer, call the answer tool with the final answer, as short as possible.",
+    "generic": "You are an agent acting in a text environment. Read each observation and call the act tool with "
+               "your next action.",
+}
+REFLECT_TOOL_NOTE = ("If an attempt fails you will get its trace; then call the reflect tool with a rulebook for your "
+                     "next attempt at the same task, and play again.")
 
 
 class EpisodeOver(RuntimeError):
@@ -199,8 +212,8 @@ def _tool_names(bases: tuple[type, ...]) -> list[str]:
 
 
 def system_prompt(env_cls: type[ERLToolEnv]) -> str:
-    text = prompts.tool_instructions(env_cls.prompt_style)
-    return f"{text} {prompts.REFLECT_TOOL_NOTE}" if env_cls.reflection else text
+    text = TOOL_INSTRUCTIONS[env_cls.prompt_style]
+    return f"{text} {REFLECT_TOOL_NOTE}" if env_cls.reflection else text
 
 
 def make_dataset(env_id: str, n: int, seed: int = 0, reflection: bool = False, **env_kwargs: Any):
