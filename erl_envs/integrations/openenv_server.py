@@ -225,9 +225,10 @@ class _StepBody(BaseModel):
     action: ERLAction
 
 
-def _result(observation: ERLObservation) -> dict:
-    return {"observation": observation.model_dump(exclude={"reward", "done", "metadata"}),
-            "reward": observation.reward, "done": observation.done}
+def _result(observation: ERLObservation) -> JSONResponse:
+    # A JSONResponse skips FastAPI's re-encoding of the (already JSON-safe) dict: a remote step is mostly overhead.
+    return JSONResponse({"observation": observation.model_dump(exclude={"reward", "done", "metadata"}),
+                         "reward": observation.reward, "done": observation.done})
 
 
 def _validation_message(errors: list) -> str:
@@ -299,7 +300,7 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
         return {"session_id": store.create()}
 
     @app.post("/sessions/{session_id}/reset")
-    def reset_session(session_id: str, body: _ResetBody = Body(default_factory=_ResetBody)) -> dict:
+    def reset_session(session_id: str, body: _ResetBody = Body(default_factory=_ResetBody)) -> JSONResponse:
         session = store.get(session_id)
         with session.lock:
             try:
@@ -309,7 +310,7 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
         return _result(observation)
 
     @app.post("/sessions/{session_id}/step")
-    def step_session(session_id: str, body: _StepBody) -> dict:
+    def step_session(session_id: str, body: _StepBody) -> JSONResponse:
         session = store.get(session_id)
         with session.lock:
             return _result(session.env.step(body.action))
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     log.info("erl-serve: %s%s on http://%s:%d", args.env, " (reflection)" if args.reflection else "", args.host,
              args.port)
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the shutdown hook
-    # above closes every session's env, and the process exits 0.
+    # above closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 
 
