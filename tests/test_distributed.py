@@ -294,6 +294,6 @@ def test_twenty_two_rank_runs_in_a_row_each_exit_on_their_own(tmp_path):
         try:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
         except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"run {attempt} did not exit within 180 s:\n{(exc.stdout or b'')[-2000:]}")
+            pytest.fail(f"run {attempt} did not exit within 180 s:\n{str(exc.stdout or '')[-2000:]}")
         assert done.returncode == 0, f"run {attempt}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         assert "run directory:" in done.stdout
