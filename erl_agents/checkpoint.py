@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from erl_agents.run_folder import RunFolderError, file_digest, fsync_dir, write_atomically
+from erl_agents.run_folder import RunFolderError, failure_reason, file_digest, write_atomically
 from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = [
@@ -81,7 +81,8 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunFolderError(f"cannot create the checkpoint folder {folder}: {exc.strerror or exc}") from exc
+        raise RunFolderError(f"cannot create the checkpoint folder {folder}: {failure_reason(exc, folder.parent)}") \
+            from exc
     for leftover in folder.iterdir():
         if _TEMP.match(leftover.name):
             leftover.unlink(missing_ok=True)

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import IO, Callable
 
-__all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "fsync_dir", "file_digest",
+__all__ = ["disk_problem", "failure_reason", "RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "fsync_dir", "file_digest",
            "save_folder", "folder_problem", "FOLDER_MANIFEST"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
@@ -34,9 +34,9 @@ class RunFolderLockedError(RuntimeError):
     """Another live process is running in the same run folder."""
 
 
-def _reason(exc: BaseException, folder: Path) -> str:
-    """Why a write failed, in words: the OS error behind ``exc`` (torch wraps it in a RuntimeError), else the state
-    of the file system, else the exception's own message."""
+def disk_problem(exc: BaseException, folder: Path) -> str | None:
+    """Why a write failed when the disk or the OS is the cause, in words: the OS error behind ``exc`` (torch and
+    safetensors wrap it in their own exceptions), else a read-only or full file system; ``None`` otherwise."""
     seen = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno:
@@ -50,7 +50,12 @@ def _reason(exc: BaseException, folder: Path) -> str:
             return os.strerror(errno.ENOSPC).lower()
     except (OSError, AttributeError):  # no statvfs on this platform, or the folder is gone
         pass
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return None
+
+
+def failure_reason(exc: BaseException, folder: Path) -> str:
+    """``disk_problem``, or the exception's own one-line message."""
+    return disk_problem(exc, folder) or " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def fsync_dir(folder: Path) -> None:
@@ -86,8 +91,9 @@ def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], None]
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
-        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, RunFolderError):
-            raise RunFolderError(f"cannot write {path}: {_reason(exc, path.parent)}") from exc
+        problem = disk_problem(exc, path.parent) if isinstance(exc, Exception) else None
+        if problem is not None and not isinstance(exc, RunFolderError):
+            raise RunFolderError(f"cannot write {path}: {problem}") from exc
         raise
     fsync_dir(path.parent)
 
@@ -127,8 +133,9 @@ def save_folder(folder: str | os.PathLike, save: Callable[[str], None]) -> None:
         shutil.rmtree(old, ignore_errors=True)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, (OSError, RuntimeError)) and not isinstance(exc, RunFolderError):
-            raise RunFolderError(f"cannot write {folder}: {_reason(exc, folder.parent)}") from exc
+        problem = disk_problem(exc, folder.parent) if isinstance(exc, Exception) else None
+        if problem is not None and not isinstance(exc, RunFolderError):
+            raise RunFolderError(f"cannot write {folder}: {problem}") from exc
         raise
 
 
@@ -171,7 +178,7 @@ class RunLock:
         try:
             self._file = open(self.path, "a+")
         except OSError as exc:
-            raise RunFolderError(f"cannot create {self.path}: {_reason(exc, Path(folder))}") from exc
+            raise RunFolderError(f"cannot create {self.path}: {failure_reason(exc, Path(folder))}") from exc
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

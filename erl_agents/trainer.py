@@ -36,7 +36,8 @@ from erl_agents.grpo import aggregate, group_advantages, k3_kl, ppo_token_loss, 
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict, reference_weights
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, consolidation_copies, run_episodes
-from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_folder, write_atomically
+from erl_agents.run_folder import (RunFolderError, RunLock, failure_reason, folder_problem, save_folder,
+                                   write_atomically)
 
 __all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes",
            "assign_advantages", "zero_variance_groups", "consecutive_bad_steps", "policy_update", "minibatch_plan",
@@ -151,7 +152,7 @@ class RunWriter:
                 self.folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise RunFolderError(f"cannot create the run folder {self.folder}: "
-                                     f"{exc.strerror or exc}".rstrip()) from exc
+                                     f"{failure_reason(exc, self.folder.parent)}") from exc
 
     def write_json(self, name: str, data: Any) -> None:
         if self.enabled:
@@ -165,7 +166,7 @@ class RunWriter:
                 with open(path, "a") as f:
                     f.write(json.dumps(row) + "\n")
             except OSError as exc:
-                raise RunFolderError(f"cannot write {path}: {(exc.strerror or str(exc)).lower()}") from exc
+                raise RunFolderError(f"cannot write {path}: {failure_reason(exc, self.folder)}") from exc
 
     def rewrite_metrics(self, rows: Sequence[dict]) -> None:
         """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
@@ -610,6 +611,9 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
 
+        # A resume is checked before anything is built: a refused one costs nothing.
+        resume_state = self._latest_state() if config.resume else None
+        history = self._check_resume(resume_state) if resume_state is not None else []
         # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
         self.group_size = config.group_size
         pool = (self.task_range[1] - self.task_range[0]) * self.group_size
@@ -628,8 +632,6 @@ class Trainer:
         if overlap:
             warnings.warn(f"evaluating on training questions (allow_eval_overlap is set): {overlap}", RuntimeWarning,
                           stacklevel=2)
-        resume_state = self._latest_state() if config.resume else None
-        history = self._check_resume(resume_state) if resume_state is not None else []
         self.memory = None
         self.train_envs = self.envs
         if config.algo == "erl":

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import sys
 from typing import Any
 
 __all__ = ["MAX_DEPTH", "loads_json", "loads_yaml", "read_text_limited", "nesting_depth"]
@@ -40,17 +41,33 @@ def _refuse_constant(literal: str) -> float:
 
 
 def nesting_depth(value: Any) -> int:
-    """How deeply lists and dicts nest inside ``value`` (a scalar is 0), without recursion; shared containers (YAML
-    aliases) are visited once, so an alias bomb costs no more than its text."""
-    deepest, seen, stack = 0, set(), [(value, 1)]
+    """How deeply lists and dicts nest inside ``value`` (a scalar is 0), without recursion. Shared containers (YAML
+    aliases) are measured once, so an alias bomb costs no more than its text; a container inside itself (a recursive
+    YAML alias) nests without end and counts as ``sys.maxsize``."""
+    height: dict[int, int] = {}  # id -> levels of containers from that container down
+    open_ids: set[int] = set()  # containers whose children are being measured: meeting one again is a cycle
+    stack = [(value, False)]
     while stack:
-        item, depth = stack.pop()
-        if not isinstance(item, (list, dict)) or id(item) in seen:
+        item, children_done = stack.pop()
+        if not isinstance(item, (list, dict)):
             continue
-        seen.add(id(item))
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
+        children = [c for c in (item.values() if isinstance(item, dict) else item) if isinstance(c, (list, dict))]
+        if children_done:
+            open_ids.discard(id(item))
+            height[id(item)] = 1 + max((height[id(c)] for c in children), default=0)
+            continue
+        if id(item) in height:
+            continue
+        if id(item) in open_ids:
+            return sys.maxsize
+        open_ids.add(id(item))
+        stack.append((item, True))
+        for child in children:
+            if id(child) in open_ids:
+                return sys.maxsize
+            if id(child) not in height:
+                stack.append((child, False))
+    return height.get(id(value), 0)
 
 
 def _too_deep_at(text: str, max_depth: int) -> int:

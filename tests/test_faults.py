@@ -333,3 +333,71 @@ def test_fault_fields_are_validated_and_exposed_as_flags():
                                       "--episode-token-limit", "64"])
     assert (args.max_bad_steps, args.mask_truncated, args.episode_time_limit, args.episode_token_limit) == (
         3, True, 2.5, 64)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Weights made non-finite by an update; the time limit across a resume
+
+
+def test_an_update_that_makes_the_weights_non_finite_stops_the_run_before_it_is_saved(tmp_path):
+    trainer = Trainer(_run_config(tmp_path, "inf", checkpoint_every=1, max_bad_steps=0))
+    real_step = trainer.optimizer.step
+
+    def overflowing_step(*args, **kwargs):
+        # A finite loss and gradient, but an update that overflows (too large a learning rate, a narrow dtype).
+        result = real_step(*args, **kwargs)
+        if trainer.step == 2:
+            with torch.no_grad():
+                next(trainer.policy.model.parameters()).view(-1)[0] = float("inf")
+        return result
+
+    trainer.optimizer.step = overflowing_step
+    with pytest.raises(NonFiniteTrainingError, match="stopping at step 2: an optimizer step made weights NaN/inf "
+                                                     "\\(lr 0.003\\).*--resume-changes lr"):
+        trainer.train()
+    saved = sorted(p.name for p in (tmp_path / "inf" / "checkpoints").iterdir())
+    assert saved == ["step_000001.json", "step_000001.pt"]  # nothing non-finite reached a checkpoint
+
+
+def test_a_non_finite_learning_rate_is_refused_up_front():
+    with pytest.raises(TypeError, match="lr must be a finite number, got inf"):
+        build_config(flags={"lr": float("inf")})
+
+
+class _Clock:
+    """Stands in for the trainer's ``time`` module: every reading advances one second, so a step takes the same
+    "time" in every run and a time-limited run stops at a step that does not depend on the machine's load."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_a_time_limited_run_killed_and_resumed_ends_where_the_uninterrupted_one_does(tmp_path, monkeypatch):
+    from erl_agents import trainer as trainer_module
+
+    real_update = trainer_module.policy_update
+
+    def run(name, stop_at=None, **overrides):
+        monkeypatch.setattr(trainer_module, "time", _Clock())
+        trainer = Trainer(_run_config(tmp_path, name, steps=50, time_limit_min=0.5, checkpoint_every=2, **overrides))
+
+        def update(*args, **kwargs):
+            if trainer.step == stop_at:
+                raise KeyboardInterrupt  # the process dies in the middle of this step
+            return real_update(*args, **kwargs)
+
+        monkeypatch.setattr(trainer_module, "policy_update", update)
+        return trainer.train()
+
+    straight = run("straight")
+    assert 4 < straight[-1]["step"] < 50  # the limit, not the step count, ended it
+    with pytest.raises(KeyboardInterrupt):
+        run("killed", stop_at=5)
+    resumed = run("killed", resume=True)
+    assert resumed[-1]["step"] == straight[-1]["step"]
+    assert resumed[-1]["time/training"] == pytest.approx(straight[-1]["time/training"], abs=3.0)
+    assert _strip(resumed) == _strip(straight)
