@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import os
+from functools import lru_cache
 from os import PathLike
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -58,6 +60,21 @@ def _level_key(level: SokobanLevel, room: _EmptyRoom) -> str:
     r, c = level.player
     xsb[starts[r] + c] = ord("+" if level.player in level.targets else "@")
     return hashlib.sha1(xsb).hexdigest()
+
+
+def _load_file(path: str | PathLike) -> list[SokobanLevel]:
+    """``load_levels(path)``, loaded once per file version: a trainer builds hundreds of envs on the same file (the
+    paper's 10,000 train layouts take seconds to check), and levels are immutable, so the envs can share them."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return load_levels(path)  # let it name the problem
+    return list(_load_file_version(os.path.abspath(path), stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=8)
+def _load_file_version(path: str, mtime_ns: int, size: int) -> tuple[SokobanLevel, ...]:
+    return tuple(load_levels(path))
 
 
 def _coerce_level(value: Any, what: str) -> SokobanLevel:
@@ -245,7 +262,7 @@ class SokobanTextEnv(GridTextEnv):
         if levels is None:
             return None
         if isinstance(levels, (str, PathLike)):
-            collection = load_levels(levels)
+            collection = _load_file(levels)
             where = str(levels)
         else:
             try:
