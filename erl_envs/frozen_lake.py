@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from erl_envs import draws
 from erl_envs.actions import ACTION_NAMES, MOVES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import FROZEN_LAKE_SYMBOLS, SymbolSet
@@ -149,7 +150,7 @@ def shortest_path_length(rows: Sequence[str]) -> int | None:
 
 def _side_choice(rng: np.random.Generator, size: Any) -> int:
     lo, hi = _size_range(size)
-    return lo if lo == hi else int(rng.integers(lo, hi + 1))
+    return lo if lo == hi else lo + draws.integers(rng, hi - lo + 1, 1)[0]
 
 
 def _size_range(size: Any) -> tuple[int, int]:
@@ -186,7 +187,7 @@ def _p_range(p: Any) -> tuple[float, float]:
 
 def _p_choice(rng: np.random.Generator, p: Any) -> float:
     lo, hi = _p_range(p)
-    return lo if lo == hi else float(rng.uniform(lo, hi))
+    return lo if lo == hi else lo + (hi - lo) * rng.random()  # what rng.uniform(lo, hi) computes
 
 
 def _prepared_map(value: Any) -> tuple[str, int, int, int, int | None]:
@@ -352,7 +353,7 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
     (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
     ``_paper_search_accepts``. The draws are the ones the reference makes through ``Generator.choice`` and
-    ``Generator.integers``, taken in bulk (``random`` for the board, one ``integers(size=4)`` for the cells), which
+    ``Generator.integers``, taken more cheaply (``random`` for the board, ``draws.integers`` for the cells), which
     yields the same numbers from the same stream. There is no try limit, as in the reference: a start next to the
     goal is always accepted, so every try succeeds with probability at least 2/n^2.
 
@@ -365,7 +366,7 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     while True:
         frozen = rng.random(n * n) < frozen_below
         while True:
-            sr, sc, gr, gc = rng.integers(0, n, size=4).tolist()
+            sr, sc, gr, gc = draws.integers(rng, n, 4)
             if sr != gr or sc != gc:
                 break
         if abs(sr - gr) + abs(sc - gc) > reach:
@@ -603,8 +604,9 @@ class FrozenLakeTextEnv(GridTextEnv):
                 )
             lo, hi = _p_range(options["p"]) if "p" in options else self._ps
             rng = self.np_random
-            n = sizes[0] if sizes[0] == sizes[1] else int(rng.integers(sizes[0], sizes[1] + 1))
-            level_p = lo if lo == hi else float(rng.uniform(lo, hi))
+            # rng.integers(lo, hi + 1) and rng.uniform(lo, hi), drawn the cheap way (same numbers, same stream).
+            n = sizes[0] if sizes[0] == sizes[1] else sizes[0] + draws.integers(rng, sizes[1] - sizes[0] + 1, 1)[0]
+            level_p = lo if lo == hi else lo + (hi - lo) * rng.random()
             if self.generator == "paper":
                 flat, start, goal, shortest = _draw_paper_map(rng, n, level_p)
             else:

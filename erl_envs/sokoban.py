@@ -130,8 +130,9 @@ class SokobanTextEnv(GridTextEnv):
     (``"sokoban-"`` + sha1 of the XSB rows), ``task_text``) and: ``boxes_on_target``, ``num_boxes``, ``deadlock``
     (a box off-goal in a corner: the level can no longer be solved), ``level_key`` (sha1 of the level's XSB text,
     ``SokobanLevel.key``), ``level_index`` (position in the collection, else ``None``), ``position`` (the player's
-    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
-    ``"tried Left, did not move (wall or blocked push)"`` or ``"could not parse the action"``. The last step adds
+    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``,
+    ``"pushed Left and solved the puzzle"``, ``"tried Left, did not move (wall or blocked push)"`` or ``"could not
+    parse the action"``. The last step adds
     ``episode_feedback``: ``Solved the puzzle.``, ``Hit the max step limit before solving the puzzle.`` or ``No
     valid actions: ...``. ``optimal_steps`` is the solver's fewest moves from the start (``None`` if the level is
     unsolvable or too big for ``solver_max_states``).
