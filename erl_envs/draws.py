@@ -36,7 +36,15 @@ def integers(rng: np.random.Generator, n: int, count: int) -> list[int]:
         return [int(v) for v in rng.integers(0, n, size=count)]
     bits = rng.bit_generator.ctypes
     next_uint32, state = bits.next_uint32, bits.state
-    return [_lemire(next_uint32, state, n) for _ in range(count)]
+    values = []
+    for _ in range(count):  # _lemire, inlined: this is the generators' innermost loop
+        m = next_uint32(state) * n
+        if m & 0xFFFFFFFF < n:
+            threshold = (_WORD - n) % n
+            while m & 0xFFFFFFFF < threshold:
+                m = next_uint32(state) * n
+        values.append(m >> 32)
+    return values
 
 
 def choice_without_replacement(rng: np.random.Generator, n: int, k: int) -> list[int]:

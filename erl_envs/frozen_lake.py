@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
@@ -35,6 +36,8 @@ MAX_MAP_SIDE = 16
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
+# Grid texts and task ids of this many maps are kept per env (see _new_level).
+_MAP_TEXT_CACHE_SIZE = 4096
 # "paper": the reference code's generator, map for map; "feasible": ours, every map solvable within the step budget.
 GENERATORS = ("paper", "feasible")
 # The reference generator's search expands cells reached in at most this many moves, so its goal is at most one
@@ -330,20 +333,23 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
     last = PAPER_SEARCH_DEPTH
     # Holes are never pushed, so never marked; marking them up front saves a test per neighbour.
     seen = bytearray(flat).translate(_HOLES_MARKED)
-    stack = [(start, 0)]
+    # A stack entry is cell * 8 + moves (moves <= 5): one int, no tuple to build and unpack.
+    stack = [start * 8]
     pop, push = stack.pop, stack.append
     while stack:
-        cell, moves = pop()
+        entry = pop()
+        cell = entry >> 3
         if seen[cell]:
             continue
         seen[cell] = 1
         around = neighbours[cell]
         if goal in around:
             return True
+        moves = entry & 7
         if moves < last:
             for nxt in around:
                 if not seen[nxt]:
-                    push((nxt, moves + 1))
+                    push(nxt * 8 + moves + 1)
     return False
 
 
@@ -364,14 +370,14 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     frozen_below = p / (p + (1.0 - p))
     reach = PAPER_SEARCH_DEPTH + 1
     while True:
-        frozen = rng.random(n * n) < frozen_below
+        board_draws = rng.random(n * n)
         while True:
             sr, sc, gr, gc = draws.integers(rng, n, 4)
             if sr != gr or sc != gc:
                 break
         if abs(sr - gr) + abs(sc - gc) > reach:
             continue
-        flags = bytearray(frozen.tobytes())
+        flags = bytearray((board_draws < frozen_below).tobytes())
         start, goal = sr * n + sc, gr * n + gc
         flags[start] = flags[goal] = 1
         shortest = _bfs_length(_flag_bits(flags), n, n, start, goal, reach)
@@ -579,6 +585,8 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._shortest: int | None = None
         self._level_p: float | None = None
         self._map_text = ""
+        self._digest = ""
+        self._map_texts: dict[str, tuple[str, str]] = {}  # flattened map -> (its grid text, its task digest)
         self._line_width = 0
 
     # ------------------------------------------------------------------ GridTextEnv hooks
@@ -617,10 +625,18 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._goal = divmod(goal, n)
         self._shortest = shortest
         self._level_p = level_p
-        cells = flat.translate(self._cell_table)
-        width = n * self._cell_width
-        self._map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
-        self._line_width = width + 1
+        texts = self._map_texts.get(flat)
+        if texts is None:
+            # Small maps come back often (a 2x2 board has 12 layouts), so their text and task id are kept.
+            if len(self._map_texts) >= _MAP_TEXT_CACHE_SIZE:
+                self._map_texts.clear()
+            cells = flat.translate(self._cell_table)
+            width = n * self._cell_width
+            map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
+            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])
+            texts = self._map_texts[flat] = (map_text, hashlib.sha1(rows.encode()).hexdigest())
+        self._map_text, self._digest = texts
+        self._line_width = n * self._cell_width + 1
 
     def _apply_move(self, action: GridAction) -> MoveOutcome:
         dr, dc = MOVES[action]
@@ -660,6 +676,9 @@ class FrozenLakeTextEnv(GridTextEnv):
 
     def _level_text(self) -> str:
         return "\n".join(self.map_rows)
+
+    def _level_digest(self) -> str:
+        return self._digest  # the sha1 of _level_text(), kept with the map's text
 
     def _optimal_steps(self) -> int | None:
         return self._shortest
