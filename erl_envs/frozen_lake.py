@@ -364,7 +364,7 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     goal is always accepted, so every try succeeds with probability at least 2/n^2.
 
     Two cheap tests run first and only ever reject boards the search would reject too: a goal more than
-    ``PAPER_SEARCH_DEPTH + 1`` moves away as the crow flies, or beyond that by the shortest hole-free path.
+    ``PAPER_SEARCH_DEPTH + 1`` rows plus columns away, or beyond that by the shortest hole-free path.
     """
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))

@@ -9,6 +9,7 @@ from functools import lru_cache
 from os import PathLike
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from erl_envs import draws
 from erl_envs.actions import ACTION_NAMES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import SOKOBAN_SYMBOLS, SymbolSet
@@ -325,7 +326,7 @@ class SokobanTextEnv(GridTextEnv):
             if "level_index" in options:
                 index = self._checked_index(options["level_index"])
             else:
-                index = int(self.np_random.integers(len(self.levels)))
+                index = draws.integers(self.np_random, len(self.levels), 1)[0]  # = np_random.integers(len(levels))
             level = self.levels[index]
         else:
             if "level_index" in options:
