@@ -364,7 +364,9 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     goal is always accepted, so every try succeeds with probability at least 2/n^2.
 
     Two cheap tests run first and only ever reject boards the search would reject too: a goal more than
-    ``PAPER_SEARCH_DEPTH + 1`` rows plus columns away, or beyond that by the shortest hole-free path.
+    ``PAPER_SEARCH_DEPTH + 1`` rows plus columns away, or beyond that by the shortest hole-free path. A goal one or
+    two moves away is accepted without the search, which always finds it: every neighbour of the start is pushed
+    at depth 1, so each is popped, and looked around, at depth 5 or less before the search can end.
     """
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))
@@ -385,7 +387,7 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
             continue
         board = flags.translate(_FLAGS_TO_CHARS)
         board[start], board[goal] = 83, 71  # "S", "G"
-        if shortest == 1 or _paper_search_accepts(board, n, start, goal):
+        if shortest <= 2 or _paper_search_accepts(board, n, start, goal):
             return board.decode("ascii"), start, goal, shortest
 
 
