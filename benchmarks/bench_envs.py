@@ -168,6 +168,11 @@ def machine() -> str:
             f"numpy {np.__version__}, gymnasium {gym.__version__}")
 
 
+def load() -> str:
+    """The 1-minute load average: a shared machine's other jobs slow every env, and the ratios are what is robust."""
+    return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
@@ -189,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         f"## Step + text render, random valid actions, auto-reset ({windows} interleaved rounds of {window:,} steps "
         f"per env)",
         "",
+        f"Load average at the start: {load()} on {os.cpu_count()} CPUs.",
+        "",
         *env_rows(window, windows),
+        "",
+        f"Load average at the end: {load()}.",
         "",
         f"## Sokoban generation (up to {gen_levels:,} levels or {gen_seconds:g} s per setting)",
         "",

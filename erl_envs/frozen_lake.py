@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from erl_envs import draws
 from erl_envs.actions import ACTION_NAMES, MOVES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import FROZEN_LAKE_SYMBOLS, SymbolSet
@@ -34,6 +36,8 @@ MAX_MAP_SIDE = 16
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
+# Grid texts and task ids of this many maps are kept per env (see _new_level).
+_MAP_TEXT_CACHE_SIZE = 4096
 # "paper": the reference code's generator, map for map; "feasible": ours, every map solvable within the step budget.
 GENERATORS = ("paper", "feasible")
 # The reference generator's search expands cells reached in at most this many moves, so its goal is at most one
@@ -149,7 +153,7 @@ def shortest_path_length(rows: Sequence[str]) -> int | None:
 
 def _side_choice(rng: np.random.Generator, size: Any) -> int:
     lo, hi = _size_range(size)
-    return lo if lo == hi else int(rng.integers(lo, hi + 1))
+    return lo if lo == hi else lo + draws.integers(rng, hi - lo + 1, 1)[0]
 
 
 def _size_range(size: Any) -> tuple[int, int]:
@@ -186,7 +190,7 @@ def _p_range(p: Any) -> tuple[float, float]:
 
 def _p_choice(rng: np.random.Generator, p: Any) -> float:
     lo, hi = _p_range(p)
-    return lo if lo == hi else float(rng.uniform(lo, hi))
+    return lo if lo == hi else lo + (hi - lo) * rng.random()  # what rng.uniform(lo, hi) computes
 
 
 def _prepared_map(value: Any) -> tuple[str, int, int, int, int | None]:
@@ -329,20 +333,23 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
     last = PAPER_SEARCH_DEPTH
     # Holes are never pushed, so never marked; marking them up front saves a test per neighbour.
     seen = bytearray(flat).translate(_HOLES_MARKED)
-    stack = [(start, 0)]
+    # A stack entry is cell * 8 + moves (moves <= 5): one int, no tuple to build and unpack.
+    stack = [start * 8]
     pop, push = stack.pop, stack.append
     while stack:
-        cell, moves = pop()
+        entry = pop()
+        cell = entry >> 3
         if seen[cell]:
             continue
         seen[cell] = 1
         around = neighbours[cell]
         if goal in around:
             return True
+        moves = entry & 7
         if moves < last:
             for nxt in around:
                 if not seen[nxt]:
-                    push((nxt, moves + 1))
+                    push(nxt * 8 + moves + 1)
     return False
 
 
@@ -352,25 +359,27 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
     (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
     ``_paper_search_accepts``. The draws are the ones the reference makes through ``Generator.choice`` and
-    ``Generator.integers``, taken in bulk (``random`` for the board, one ``integers(size=4)`` for the cells), which
+    ``Generator.integers``, taken more cheaply (``random`` for the board, ``draws.integers`` for the cells), which
     yields the same numbers from the same stream. There is no try limit, as in the reference: a start next to the
     goal is always accepted, so every try succeeds with probability at least 2/n^2.
 
     Two cheap tests run first and only ever reject boards the search would reject too: a goal more than
-    ``PAPER_SEARCH_DEPTH + 1`` moves away as the crow flies, or beyond that by the shortest hole-free path.
+    ``PAPER_SEARCH_DEPTH + 1`` rows plus columns away, or beyond that by the shortest hole-free path. A goal one or
+    two moves away is accepted without the search, which always finds it: every neighbour of the start is pushed
+    at depth 1, so each is popped, and looked around, at depth 5 or less before the search can end.
     """
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))
     reach = PAPER_SEARCH_DEPTH + 1
     while True:
-        frozen = rng.random(n * n) < frozen_below
+        board_draws = rng.random(n * n)
         while True:
-            sr, sc, gr, gc = rng.integers(0, n, size=4).tolist()
+            sr, sc, gr, gc = draws.integers(rng, n, 4)
             if sr != gr or sc != gc:
                 break
         if abs(sr - gr) + abs(sc - gc) > reach:
             continue
-        flags = bytearray(frozen.tobytes())
+        flags = bytearray((board_draws < frozen_below).tobytes())
         start, goal = sr * n + sc, gr * n + gc
         flags[start] = flags[goal] = 1
         shortest = _bfs_length(_flag_bits(flags), n, n, start, goal, reach)
@@ -378,7 +387,7 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
             continue
         board = flags.translate(_FLAGS_TO_CHARS)
         board[start], board[goal] = 83, 71  # "S", "G"
-        if shortest == 1 or _paper_search_accepts(board, n, start, goal):
+        if shortest <= 2 or _paper_search_accepts(board, n, start, goal):
             return board.decode("ascii"), start, goal, shortest
 
 
@@ -578,6 +587,8 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._shortest: int | None = None
         self._level_p: float | None = None
         self._map_text = ""
+        self._digest = ""
+        self._map_texts: dict[str, tuple[str, str]] = {}  # flattened map -> (its grid text, its task digest)
         self._line_width = 0
 
     # ------------------------------------------------------------------ GridTextEnv hooks
@@ -603,8 +614,9 @@ class FrozenLakeTextEnv(GridTextEnv):
                 )
             lo, hi = _p_range(options["p"]) if "p" in options else self._ps
             rng = self.np_random
-            n = sizes[0] if sizes[0] == sizes[1] else int(rng.integers(sizes[0], sizes[1] + 1))
-            level_p = lo if lo == hi else float(rng.uniform(lo, hi))
+            # rng.integers(lo, hi + 1) and rng.uniform(lo, hi), drawn the cheap way (same numbers, same stream).
+            n = sizes[0] if sizes[0] == sizes[1] else sizes[0] + draws.integers(rng, sizes[1] - sizes[0] + 1, 1)[0]
+            level_p = lo if lo == hi else lo + (hi - lo) * rng.random()
             if self.generator == "paper":
                 flat, start, goal, shortest = _draw_paper_map(rng, n, level_p)
             else:
@@ -615,10 +627,18 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._goal = divmod(goal, n)
         self._shortest = shortest
         self._level_p = level_p
-        cells = flat.translate(self._cell_table)
-        width = n * self._cell_width
-        self._map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
-        self._line_width = width + 1
+        texts = self._map_texts.get(flat)
+        if texts is None:
+            # Small maps come back often (a 2x2 board has 12 layouts), so their text and task id are kept.
+            if len(self._map_texts) >= _MAP_TEXT_CACHE_SIZE:
+                self._map_texts.clear()
+            cells = flat.translate(self._cell_table)
+            width = n * self._cell_width
+            map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
+            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])
+            texts = self._map_texts[flat] = (map_text, hashlib.sha1(rows.encode()).hexdigest())
+        self._map_text, self._digest = texts
+        self._line_width = n * self._cell_width + 1
 
     def _apply_move(self, action: GridAction) -> MoveOutcome:
         dr, dc = MOVES[action]
@@ -658,6 +678,9 @@ class FrozenLakeTextEnv(GridTextEnv):
 
     def _level_text(self) -> str:
         return "\n".join(self.map_rows)
+
+    def _level_digest(self) -> str:
+        return self._digest  # the sha1 of _level_text(), kept with the map's text
 
     def _optimal_steps(self) -> int | None:
         return self._shortest

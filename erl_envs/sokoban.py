@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import os
+from functools import lru_cache
 from os import PathLike
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from erl_envs import draws
 from erl_envs.actions import ACTION_NAMES, GridAction
 from erl_envs.grid_env import GridTextEnv, MoveOutcome
 from erl_envs.grid_text import SOKOBAN_SYMBOLS, SymbolSet
@@ -58,6 +61,21 @@ def _level_key(level: SokobanLevel, room: _EmptyRoom) -> str:
     r, c = level.player
     xsb[starts[r] + c] = ord("+" if level.player in level.targets else "@")
     return hashlib.sha1(xsb).hexdigest()
+
+
+def _load_file(path: str | PathLike) -> list[SokobanLevel]:
+    """``load_levels(path)``, loaded once per file version: a trainer builds hundreds of envs on the same file (the
+    paper's 10,000 train layouts take seconds to check), and levels are immutable, so the envs can share them."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return load_levels(path)  # let it name the problem
+    return list(_load_file_version(os.path.abspath(path), stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=8)
+def _load_file_version(path: str, mtime_ns: int, size: int) -> tuple[SokobanLevel, ...]:
+    return tuple(load_levels(path))
 
 
 def _coerce_level(value: Any, what: str) -> SokobanLevel:
@@ -113,8 +131,9 @@ class SokobanTextEnv(GridTextEnv):
     (``"sokoban-"`` + sha1 of the XSB rows), ``task_text``) and: ``boxes_on_target``, ``num_boxes``, ``deadlock``
     (a box off-goal in a corner: the level can no longer be solved), ``level_key`` (sha1 of the level's XSB text,
     ``SokobanLevel.key``), ``level_index`` (position in the collection, else ``None``), ``position`` (the player's
-    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``, ``"pushed Left and solved the puzzle"``,
-    ``"tried Left, did not move (wall or blocked push)"`` or ``"could not parse the action"``. The last step adds
+    (row, col)), ``boxes`` and ``goals`` (their cells, sorted). ``feedback`` is ``"moved Left"``, ``"pushed Left"``,
+    ``"pushed Left and solved the puzzle"``, ``"tried Left, did not move (wall or blocked push)"`` or ``"could not
+    parse the action"``. The last step adds
     ``episode_feedback``: ``Solved the puzzle.``, ``Hit the max step limit before solving the puzzle.`` or ``No
     valid actions: ...``. ``optimal_steps`` is the solver's fewest moves from the start (``None`` if the level is
     unsolvable or too big for ``solver_max_states``).
@@ -245,7 +264,7 @@ class SokobanTextEnv(GridTextEnv):
         if levels is None:
             return None
         if isinstance(levels, (str, PathLike)):
-            collection = load_levels(levels)
+            collection = _load_file(levels)
             where = str(levels)
         else:
             try:
@@ -307,7 +326,7 @@ class SokobanTextEnv(GridTextEnv):
             if "level_index" in options:
                 index = self._checked_index(options["level_index"])
             else:
-                index = int(self.np_random.integers(len(self.levels)))
+                index = draws.integers(self.np_random, len(self.levels), 1)[0]  # = np_random.integers(len(levels))
             level = self.levels[index]
         else:
             if "level_index" in options:

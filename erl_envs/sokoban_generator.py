@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from erl_envs import draws
 from erl_envs.actions import MOVES, GridAction
 from erl_envs.sokoban_levels import Cell, SokobanLevel, trusted_level
 from erl_envs.sokoban_solver import solution_stats
@@ -146,11 +147,11 @@ _checked_settings_cached = lru_cache(maxsize=256)(_checked_settings)
 
 
 @lru_cache(maxsize=64)
-@lru_cache(maxsize=64)
 def _open_floor(height: int, width: int) -> frozenset[Cell]:
     return frozenset(_interior(height, width))
 
 
+@lru_cache(maxsize=64)
 def _border(height: int, width: int) -> frozenset[Cell]:
     return frozenset((r, c) for r in range(height) for c in range(width) if r in (0, height - 1) or c in (0, width - 1))
 
@@ -206,7 +207,7 @@ def _room(
 
 
 def _pick(rng: np.random.Generator, cells: list[Cell], k: int) -> list[Cell]:
-    return [cells[i] for i in rng.choice(len(cells), size=k, replace=False)]
+    return [cells[i] for i in draws.choice_without_replacement(rng, len(cells), k)]
 
 
 def _uniform_candidate(rng, height, width, walls, floor, num_boxes) -> SokobanLevel:
@@ -438,7 +439,7 @@ def _generate(
             walls, floor = _room(rng, height, width, interior_walls)
         if table is not None:
             # _uniform_candidate's draw, looked up instead of built and searched.
-            player, box, goal = rng.choice(len(floor), size=3, replace=False).tolist()
+            player, box, goal = draws.choice_without_replacement(rng, len(floor), 3)
             moves = table.moves(player, box, goal)
             if moves is None or moves > max_moves:
                 tally.too_long_or_unsolvable += 1

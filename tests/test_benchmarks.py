@@ -143,6 +143,18 @@ def test_budgeted_trainer_ends_the_run_at_the_step_that_reaches_the_budget():
         assert trainer.config.steps == expected_steps
 
 
+def test_grid_runs_use_the_papers_action_format_and_prompts_under_any_preset():
+    for preset in ("cpu-tiny", "paper-qwen3-4b"):
+        settings = _settings(preset=preset)
+        for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
+            config = compare.run_config(settings, env, "erl", 0, Path("unused"), 5)
+            assert config.env_kwargs["action_format"] == "paper" and config.env_kwargs["prompts"] == "paper"
+    tiny = compare.run_config(_settings(), "ERL-FrozenLake-v0", "erl", 0, Path("unused"), 5)
+    assert tiny.env_kwargs["size"] == [2, 4]  # merged under the preset's own env_kwargs, not replacing them
+    hotpot = compare.run_config(_settings(), "ERL-HotpotQA-v0", "erl", 0, Path("unused"), 5)
+    assert "prompts" not in hotpot.env_kwargs
+
+
 def test_methods_pin_what_they_mean_whatever_the_preset():
     settings = _settings(methods=list(compare.METHODS))
     configs = {m: compare.run_config(settings, "ERL-FrozenLake-v0", m, 0, Path("unused"), 5) for m in compare.METHODS}

@@ -297,3 +297,28 @@ def test_every_preset_passes_validation():
     for preset in PRESETS:
         for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0", "ERL-HotpotQA-v0"):
             build_config({"preset": preset, "env": env})
+
+
+def test_paper_preset_plays_the_grid_games_by_the_papers_protocol(monkeypatch, tmp_path):
+    """Its prompt set, pool memory of 1,024 slots and test sets; the train layouts only when the file is there."""
+    from erl_agents import config as config_module
+
+    for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
+        cfg = build_config({"preset": "paper-qwen3-4b", "env": env})
+        assert cfg.env_kwargs.get("prompts") == "paper" and cfg.memory == "pool" and cfg.memory_slots == 1024
+        assert cfg.eval_set == "paper"
+    hotpot = build_config({"preset": "paper-qwen3-4b", "env": "ERL-HotpotQA-v0"})
+    assert "prompts" not in hotpot.env_kwargs and hotpot.memory == "pool"
+    monkeypatch.setenv("ERL_PAPER_TASKS", str(tmp_path))
+    monkeypatch.setenv("ERL_SHARED", str(tmp_path))
+    (tmp_path / "sokoban_train.parquet").write_bytes(b"")
+    assert config_module._paper_sokoban_training()["env_kwargs"]["levels"] == str(tmp_path / "sokoban_train.parquet")
+    (tmp_path / "sokoban_train.parquet").unlink()
+    monkeypatch.setattr("erl_envs.paper_tasks.Path.is_file", lambda self: False)
+    assert "levels" not in config_module._paper_sokoban_training()["env_kwargs"]
+
+
+@pytest.mark.parametrize("bad", [{"memory": "many"}, {"memory_slots": 0}])
+def test_memory_fields_are_checked(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        build_config(flags=bad)

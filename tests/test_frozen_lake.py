@@ -512,6 +512,23 @@ def test_paper_search_is_depth_first_not_shortest_path():
         assert _paper_search_accepts(flat, n, flat.index(b"S"), flat.index(b"G")) == _literal_dfs(rows)
 
 
+def test_paper_generator_accepts_exactly_what_the_literal_search_accepts():
+    """The shortcuts before the search (distance, shortest path, a goal at most 2 moves away) change no verdict."""
+    from erl_envs.frozen_lake import _bfs_length, _paper_search_accepts, _passable_bits
+
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        n = int(rng.integers(2, 10))
+        cells = rng.choice(n * n, size=2, replace=False)
+        flat = ["F" if u < 0.7 else "H" for u in rng.random(n * n)]
+        flat[cells[0]], flat[cells[1]] = "S", "G"
+        rows = ["".join(flat[i * n:(i + 1) * n]) for i in range(n)]
+        start, goal, text = int(cells[0]), int(cells[1]), "".join(flat)
+        shortest = _bfs_length(_passable_bits(text), n, n, start, goal, 6)
+        fast = shortest is not None and (shortest <= 2 or _paper_search_accepts(text.encode(), n, start, goal))
+        assert fast == _literal_dfs(rows), rows
+
+
 def _literal_dfs(rows):
     n = len(rows)
     start = next((r, c) for r in range(n) for c in range(n) if rows[r][c] == "S")

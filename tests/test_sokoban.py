@@ -419,3 +419,17 @@ def test_a_cornered_box_is_refused_however_the_level_arrives(tmp_path):
                   lambda: SokobanTextEnv().reset(options={"level": cornered})):
         with pytest.raises(ValueError, match="cannot be solved: the box at row 1, col 1"):
             build()
+
+
+def test_a_level_file_is_loaded_once_per_version(tmp_path):
+    from erl_envs import sokoban
+
+    path = tmp_path / "two.txt"
+    path.write_text("#####\n#@$.#\n#####\n\n######\n#@ $.#\n######\n")
+    before = sokoban._load_file_version.cache_info()
+    first, second = SokobanTextEnv(levels=path), SokobanTextEnv(levels=str(path))
+    after = sokoban._load_file_version.cache_info()
+    assert after.misses == before.misses + 1 and after.hits == before.hits + 1
+    assert first.levels == second.levels and len(first.levels) == 2
+    path.write_text("#####\n#@$.#\n#####\n")  # a new version of the file is read again
+    assert len(SokobanTextEnv(levels=path).levels) == 1
