@@ -1,7 +1,7 @@
 """Does a small real model's reflection help its second attempt, before any training? (SmolLM2-135M-Instruct)
 
     python benchmarks/bench_reflection_lift.py                     # 100 FrozenLake + 100 Sokoban paper test tasks
-    python benchmarks/bench_reflection_lift.py --tasks 30 --games frozenlake
+    python benchmarks/bench_reflection_lift.py --tasks 12 6               # the first 12 FrozenLake, 6 Sokoban tasks
 
 SmolLM2 plays each of the paper's test tasks once (attempt 1, first-attempt protocol: initial prompt, evaluation
 sampling). For every failed first attempt the same instance is retried four ways, each retry seeing that very same
@@ -206,7 +206,8 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=100, help="paper test tasks per game (the first N; 100 = all)")
+    parser.add_argument("--tasks", type=int, nargs="+", default=[100],
+                        help="paper test tasks per game (the first N; 100 = all): one count, or one per --games entry")
     parser.add_argument("--games", nargs="+", choices=sorted(GAMES), default=["frozenlake", "sokoban"])
     parser.add_argument("--free", action="store_true", help="free-text moves instead of constrained action strings")
     parser.add_argument("--batch", type=int, default=32, help="live episodes per generate call")
@@ -235,10 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     policy = load_model(preset.model, dtype="float32")
     policy.model.eval()
+    counts = args.tasks * len(args.games) if len(args.tasks) == 1 else args.tasks
+    if len(counts) != len(args.games):
+        parser.error(f"--tasks takes one count or one per game ({len(args.games)}), got {len(args.tasks)}")
     results = []
-    for game in args.games:
+    for game, count in zip(args.games, counts):
         started = time.perf_counter()
-        results.append(measure_game(policy, game, args.tasks, not args.free, args.batch, settings, args.seed))
+        results.append(measure_game(policy, game, count, not args.free, args.batch, settings, args.seed))
         print(f"{game}: {json.dumps({k: v for k, v in results[-1].items() if k != 'example_reflection'})} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     report = to_markdown(results, "python benchmarks/bench_reflection_lift.py " + " ".join(argv), settings,
