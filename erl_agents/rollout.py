@@ -8,6 +8,10 @@ log-probs), the env's messages are appended as chat-template segments (mask 0), 
 With ``ReflectionWrapper`` an episode holds up to three conversations (first attempt, reflection, second attempt);
 ``info["new_conversation"]`` closes one and opens the next. After the episode, the consolidation copies are built
 from token lists too: the second attempt with the system-prompt tokens swapped for the initial prompt's.
+
+Across turns the model reads each conversation once (``kv_reuse``): a reply comes back with the keys and values of
+its conversation so far (a ``CachedPrefix``), and the next turn's ``generate`` call starts from them, so the model
+reads only the env's new message. The samples are the same as when every turn re-reads the whole conversation.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import gymnasium as gym
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
+from transformers.generation import GenerateDecoderOnlyOutput
 
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
@@ -41,6 +46,9 @@ __all__ = [
 # attempt re-scored under the initial prompt (imitation) or a first attempt paired with its reflected context
 # (reverse-KL consolidation).
 ROLES = ("attempt1", "reflection", "attempt2", "distilled")
+
+# generate's cache argument and output field: ``cache`` in recent transformers 5.x, ``past_key_values`` before.
+_CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 _ROLE_OF_PHASE = {"attempt1": "attempt1", "reflect": "reflection", "attempt2": "attempt2"}
 
 
@@ -305,7 +313,7 @@ def generate_replies(
     constraint = _TrieConstraint(_ActionTrie(policy, valid_actions), width) if valid_actions else None
     # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
     max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
-    cache = {"cache": _stack_prefixes(prefixes, past)} if past else {}
+    cache = {_CACHE: _stack_prefixes(prefixes, past)} if past else {}
     out = policy.model.generate(
         input_ids=input_ids.to(policy.device),
         attention_mask=attention.to(policy.device),
@@ -329,7 +337,7 @@ def generate_replies(
          for k, scores in enumerate(out.scores)], dim=1).cpu()
     new = new.cpu()
     # The cache holds every column but the last sampled token, which the model never read.
-    layers = _cache_layers(out.cache) if prefixes is not None else None
+    layers = _cache_layers(getattr(out, _CACHE)) if prefixes is not None else None
     read = new.shape[1] - 1
     replies = []
     stops = set(chat.stop_ids)

@@ -149,3 +149,21 @@ def test_a_prefix_of_another_conversation_is_refused(policy):
     with pytest.raises(ValueError, match="one entry per context"):
         generate_replies(policy, contexts, SamplingParams(1.0, 1.0, 0, 2), prefixes=[None])
     assert isinstance(reply.prefix, CachedPrefix)
+
+
+def test_the_benchmark_plays_the_same_episodes_both_ways(policy, tmp_path):
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench_rollout = importlib.import_module("bench_rollout")
+    rows = bench_rollout.measure_kv_reuse(policy, live_counts=(1, 3), free_tokens=4)
+    assert [r["live"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["same_episodes"] and r["reuse"]["tokens"] == r["no_reuse"]["tokens"] > 0
+        assert r["reuse"]["positions"] * 2 < r["no_reuse"]["positions"]
+    text = bench_rollout.kv_markdown(rows, "tiny", "cmd", "Machine: m.", 4)
+    assert text.count("| yes |") == 2
+    speed = bench_rollout.kv_speed_rows(rows, "tiny")
+    assert speed[1]["baseline_name"] == "re-read every turn" and speed[1]["ratio"] == rows[1]["ratio"]
