@@ -261,7 +261,10 @@ def test_a_write_that_fails_midway_is_named_and_leaves_no_partial_file(tmp_path,
 
 
 def test_paper_tasks_are_found_in_erl_shared_and_used_only_when_they_fit(tmp_path, monkeypatch):
-    from erl_agents.trainer import _tasks_fit, paper_tasks_folder
+    from erl_agents.trainer import _task_fits, paper_tasks_folder
+
+    def _tasks_fit(tasks, env_kwargs):
+        return all(_task_fits(options, env_kwargs) for _, options in tasks)
 
     (tmp_path / "paper_tasks").mkdir()
     monkeypatch.delenv("ERL_PAPER_TASKS", raising=False)
