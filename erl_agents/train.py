@@ -5,6 +5,7 @@ Examples::
     erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
     erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
     erl-train --config my_run.yaml --steps 50 --resume
+    erl-train --config my_run.yaml --resume --lr 5e-7 --resume-changes lr   # resume refuses other changes of meaning
     # HotpotQA: train on one question set, evaluate on the paper's (its file has no passages: keep the corpus)
     erl-train --env ERL-HotpotQA-v0 --preset paper-qwen3-4b --env-kwargs '{"data": "train.jsonl", "corpus": "wiki.jsonl"}' \
         --eval-env-kwargs '{"data": "../shared/paper_tasks/hotpotqa_val_first1024.parquet"}'

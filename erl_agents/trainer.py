@@ -39,9 +39,9 @@ from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, cons
 from erl_agents.run_folder import (RunFolderError, RunLock, failure_reason, folder_problem, save_folder,
                                    write_atomically)
 
-__all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes", "assign_advantages", "zero_variance_groups",
-           "consecutive_bad_steps", "policy_update", "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus",
-           "make_env"]
+__all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes",
+           "assign_advantages", "zero_variance_groups", "consecutive_bad_steps", "policy_update", "micro_batches",
+           "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env", "paper_tasks_folder"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
 
