@@ -32,7 +32,7 @@ class TrainConfig:
     seed: int = 0  # seeds model init, task sampling, generation; same seed on CPU -> identical metrics
     output: str = "runs/erl"  # run directory: config, metrics.jsonl, checkpoints, curves.png
     resume: bool = False  # continue from the latest checkpoint in --output
-    resume_changes: str = ""  # with --resume: fields that may differ from the run's config.json (comma-separated, or all)
+    resume_changes: str = ""  # with --resume: fields allowed to differ from the run's config.json (comma-separated; all)
     # --- the loop ---
     steps: int = 200  # training steps (one rollout batch and one update each)
     tasks_per_step: int = 64  # distinct task instances per step (paper: batch 64)

@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Callable
 
-__all__ = ["disk_problem", "failure_reason", "RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "fsync_dir", "file_digest",
-           "save_folder", "folder_problem", "FOLDER_MANIFEST"]
+__all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "save_folder", "folder_problem",
+           "file_digest", "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
 _CHUNK = 1 << 20

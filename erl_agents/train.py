@@ -5,6 +5,7 @@ Examples::
     erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny
     erl-train --env ERL-Sokoban-v0 --algo rlvr --preset paper-qwen3-4b --output runs/sokoban-rlvr
     erl-train --config my_run.yaml --steps 50 --resume
+    erl-train --config my_run.yaml --resume --lr 5e-7 --resume-changes lr   # resume refuses other changes of meaning
     # HotpotQA: train on one question set, evaluate on the paper's (its file has no passages: keep the corpus).
     # Held-out questions that overlap the training ones (same id or normalised text), or no held-out data at all,
     # stop the run with one error line unless --allow-eval-overlap is given. --env-kwargs replaces the preset's, so

@@ -41,7 +41,8 @@ from erl_agents.run_folder import (RunFolderError, RunLock, failure_reason, fold
 
 __all__ = ["Trainer", "RunWriter", "NonFiniteTrainingError", "ResumeRefusedError", "resume_changes",
            "assign_advantages", "zero_variance_groups", "consecutive_bad_steps", "policy_update", "minibatch_plan",
-           "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env", "eval_overlap_problem"]
+           "micro_batches", "merge_rollout_rows", "TokenScorer", "tiny_corpus", "make_env", "eval_overlap_problem",
+           "paper_tasks_folder"]
 
 GROUPED_ROLES = ("attempt1", "reflection", "attempt2")
 
@@ -602,6 +603,14 @@ class Trainer:
         self.writer = RunWriter(config.output, enabled=is_main_process and self.world.is_main)
         # One run per folder: a second one would interleave metrics and race on checkpoint names.
         self._lock = RunLock(config.output) if self.writer.enabled else None
+        try:
+            self._build(config)
+        except BaseException:
+            self.close()  # a trainer that could not be built must not keep its folder locked
+            raise
+
+    def _build(self, config: TrainConfig) -> None:
+        """Everything the run needs, in order: seeds, the checkpoint to resume, envs, model, optimizer, eval tasks."""
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.device = resolve_device(config.device, self.world.local_rank)
@@ -745,15 +754,18 @@ class Trainer:
         from erl_envs.safe_parse import loads_json, read_text_limited
 
         path = Path(self.config.output) / "config.json"
-        saved, history = state.get("config") or {}, []
+        saved = dict(state.get("config") or {})  # what the checkpoint was trained with, when config.json is unusable
         if path.is_file():
             try:
-                saved = loads_json(read_text_limited(path, 1 << 20, "config file"))
+                from_file = loads_json(read_text_limited(path, 1 << 20, "config file"))
+                if not isinstance(from_file, dict):
+                    raise ValueError(f"a JSON object was expected, got {type(from_file).__name__}")
+                saved = from_file
             except (ValueError, UnicodeDecodeError) as exc:
                 warnings.warn(f"{path} is unreadable ({exc}); comparing with the checkpoint's config instead",
                               RuntimeWarning, stacklevel=2)
-                saved = state.get("config") or {}
-        history = list(saved.pop("history", [])) if isinstance(saved.get("history"), list) else []
+        history = saved.pop("history", [])
+        history = list(history) if isinstance(history, list) else []
         changes, refused = resume_changes(saved, self.config)
         if refused:
             shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in refused)
@@ -761,12 +773,11 @@ class Trainer:
                 f"--resume refuses to change what the run in {self.config.output} is ({shown}); resume with its "
                 f"values (see its config.json), start a new --output, or allow the change with "
                 f"--resume-changes {','.join(refused)}")
-        changes.pop("resume", None)
-        changes.pop("resume_changes", None)
+        for name in ("resume", "resume_changes"):  # how this process was started, not what the run is
+            changes.pop(name, None)
         if changes:
-            if changes.keys() - {"resume", "resume_changes"}:
-                history.append({"resumed_at_step": int(state["step"]), "changes": changes,
-                                "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
+            history.append({"resumed_at_step": int(state["step"]), "changes": changes,
+                            "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
         return history
 
     def _eval_tasks(self) -> list:

@@ -339,6 +339,7 @@ def test_fault_fields_are_validated_and_exposed_as_flags():
 # Weights made non-finite by an update; the time limit across a resume
 
 
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
 def test_an_update_that_makes_the_weights_non_finite_stops_the_run_before_it_is_saved(tmp_path):
     trainer = Trainer(_run_config(tmp_path, "inf", checkpoint_every=1, max_bad_steps=0))
     real_step = trainer.optimizer.step

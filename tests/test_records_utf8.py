@@ -1,4 +1,4 @@
-"""Episode records stay writable as UTF-8 whatever the model typed (erl_envs.reflection.to_jsonable, the one scrubber)."""
+"""Episode records stay writable as UTF-8 whatever the model typed (to_jsonable in erl_envs.reflection scrubs)."""
 
 import json
 

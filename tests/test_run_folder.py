@@ -299,3 +299,18 @@ def test_eval_set_auto_uses_the_shared_paper_tasks_beside_the_checkout(tmp_path,
     trainer = Trainer(build_config(flags=flags))  # the paper's 2-9 boards do not fit a 2-4 run: seeded tasks
     trainer.close()
     assert trainer.eval_tasks != paper_tasks("ERL-FrozenLake-v0", PAPER_TASKS)[:5]
+
+
+def test_a_trainer_that_cannot_be_built_releases_its_folder(tmp_path):
+    from erl_agents.config import build_config
+    from erl_agents.trainer import ResumeRefusedError, Trainer
+
+    flags = dict(env="TextBandit-v0", env_kwargs={"turns": 1}, algo="rlvr", n_rlvr=2, model="tiny", steps=1,
+                 tasks_per_step=2, max_new_tokens=4, constrained_actions=True, eval_every=0, checkpoint_every=1,
+                 tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=300, progress=False,
+                 save_final_model=False, output=str(tmp_path / "run"))
+    Trainer(build_config(flags=flags)).train()
+    with pytest.raises(ResumeRefusedError, match="n_rlvr 2 -> 3") as caught:
+        Trainer(build_config(flags={**flags, "resume": True, "n_rlvr": 3}))
+    assert caught.value is not None  # the failed trainer is still referenced by the traceback, yet the folder is free
+    RunLock(tmp_path / "run").release()
