@@ -201,6 +201,7 @@ class _Attempt:
                 truncated=self.truncated and i == last,
                 comment=protocol.step_comment(self.infos[i], self.rewards[i]),
                 action_read=self.infos[i].get("action_read"),
+                action_reported="action_read" in self.infos[i],
                 positions=_positions(self.infos[i]),
             )
             for i in range(len(self.actions))

@@ -57,7 +57,8 @@ class TraceStep:
     terminated: bool
     truncated: bool
     comment: str
-    action_read: str | None = None  # the move(s) the env read from the reply (None: unreadable, or not a grid env)
+    action_read: str | None = None  # the move(s) the env read from the reply, comma-separated; None: unreadable
+    action_reported: bool = False  # whether the env reported action_read (the grid games do); else read ``action``
     positions: str = ""  # where things stand after the step, when the env says (Sokoban: player, boxes, goals)
 
     @property
@@ -110,7 +111,8 @@ def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total
         template.format(
             index=i + 1,
             observation=clip_text(step.observation, max_field_chars),
-            action=step.action_read or "none (no valid action in the reply: an invalid action)",
+            action=(step.action_read or "none (no valid action in the reply: an invalid action)")
+            if step.action_reported else clip_text(step.action, max_field_chars),
             reward=f"{step.reward:g}",
             took_effect=_yes_no(step.took_effect),
             done=_yes_no(step.done),
@@ -310,7 +312,11 @@ def _analyse_grid(request: ReflectionRequest, symbols: SymbolSet | None) -> _Gri
         p, q = facts.find(before, agent_chars), facts.find(after, agent_chars)
         if before == after:
             facts.idle.append(number)
-        moves = parse_grid_actions(step.action, max_actions=64)
+        # The env's own reading when it gives one (under the paper's format a bare "Up" is no move at all).
+        if step.action_reported:
+            moves = None if step.action_read is None else parse_grid_actions(step.action_read, max_actions=64)
+        else:
+            moves = parse_grid_actions(step.action, max_actions=64)
         # A turn of several moves is not attributed to any one of them.
         action = moves[0] if moves is not None and len(moves) == 1 else None
         if number == facts.end_step:

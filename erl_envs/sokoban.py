@@ -142,7 +142,8 @@ class SokobanTextEnv(GridTextEnv):
     ``render_mode`` (``"ansi"``, ``"rgb_array"``, ``"human"`` or None); ``max_steps=8``; ``symbols="abstract"``
     (``"xsb"``, a dict of tile kind -> char, or a ``SymbolSet``); ``levels=None`` (a level file path, see
     ``load_levels``, or a sequence of levels, each an XSB string, a list of rows or a ``SokobanLevel``);
-    generator settings ``size=None`` (the paper's train mix of 6, 7 and 8; an int or (height, width)), ``num_boxes=1``,
+    generator settings ``size=None`` (the paper's train mix of 6, 7 and 8; ``"uniform"``: the three equally often,
+    erl-gym's earlier default; an int or (height, width)), ``num_boxes=1``,
     ``interior_walls=0.0``, ``min_moves=1``, ``max_moves=None`` (the episode's step budget); ``solver_max_states``
     (200,000: budget of the solver behind ``optimal_steps``); ``invalid_action="noop"`` (or ``"terminate"``);
     ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
@@ -296,7 +297,7 @@ class SokobanTextEnv(GridTextEnv):
     @staticmethod
     def _size_bound(size: Any) -> tuple[int, int]:
         """The largest level a (validated) generator ``size`` setting can produce."""
-        if size is None:
+        if size is None or size == "uniform":
             return max(PAPER_SIZES), max(PAPER_SIZES)
         try:
             side = operator.index(size)

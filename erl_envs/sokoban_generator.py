@@ -49,6 +49,9 @@ PAPER_SIZES = (6, 7, 8)
 # Rooms of each side in the paper's 10,000-layout train set: 1,136 of 6x6, 3,795 of 7x7, 5,069 of 8x8.
 PAPER_SIZE_WEIGHTS = (0.1136, 0.3795, 0.5069)
 _PAPER_SIZE_CUTS = (0.1136, 0.1136 + 0.3795)
+# size="uniform": 6, 7 and 8 equally often, erl-gym's earlier default (which gave each seed the same level as now
+# generate_level(rng, size="uniform") does).
+UNIFORM_PAPER_SIZES = "uniform"
 PLACEMENTS = ("auto", "uniform", "reverse")
 # A room with interior walls costs more to build than a candidate costs to check, so a few candidates share one.
 _CANDIDATES_PER_ROOM = 8
@@ -78,8 +81,8 @@ class _Tally:
         return ", ".join(parts) or "none"
 
 
-def _check_size(size: int | Sequence[int] | None) -> tuple[int, int] | None:
-    if size is None:
+def _check_size(size: int | Sequence[int] | str | None) -> tuple[int, int] | None:
+    if size is None or (isinstance(size, str) and size == UNIFORM_PAPER_SIZES):
         return None
     if isinstance(size, (int, np.integer)):
         shape = (int(size), int(size))
@@ -352,8 +355,9 @@ def generate_level(
 
     Arguments:
         rng: the only source of randomness (an env passes ``self.np_random``); an int seeds a new generator.
-        size: ``None`` for the paper's train mix of 6x6, 7x7 and 8x8 rooms (``PAPER_SIZE_WEIGHTS``), an int n
-            for n x n, or ``(height, width)``;
+        size: ``None`` for the paper's train mix of 6x6, 7x7 and 8x8 rooms (``PAPER_SIZE_WEIGHTS``),
+            ``"uniform"`` for the three equally often (erl-gym's earlier default), an int n for n x n, or
+            ``(height, width)``;
             sizes include the wall border.
         num_boxes: boxes (and goals) in the level.
         interior_walls: fraction of interior cells turned into walls, always keeping the floor connected.
@@ -420,7 +424,9 @@ def _generate(
         raise ValueError(f"max_tries must be at least 1, got {max_tries}")
 
     # The size is drawn once, not per try: redrawing it would favour the sizes whose candidates pass more often.
-    if shape is None:
+    if shape is None and size == UNIFORM_PAPER_SIZES:
+        shape = (PAPER_SIZES[draws.integers(rng, len(PAPER_SIZES), 1)[0]],) * 2  # = rng.choice(PAPER_SIZES)
+    elif shape is None:
         side = PAPER_SIZES[bisect_right(_PAPER_SIZE_CUTS, rng.random())]
         shape = (side, side)
     height, width = shape

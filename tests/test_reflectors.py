@@ -464,3 +464,24 @@ def test_hf_reflector_checks_its_arguments(tiny_lm):
         HFReflector(model, tokenizer, max_new_tokens=0)
     with pytest.raises(TypeError, match="ReflectionRequest or a str"):
         HFReflector(model, tokenizer)(b"bytes")
+
+
+def test_rule_reflector_goes_by_what_the_env_read():
+    """Under the paper's format a bare "Up" is no move at all: the rulebook must call those replies unreadable,
+    not say that Up had no effect (it reads the env's action_read, which the wrapper's trace carries)."""
+    from erl_envs.reflection import ReflectionWrapper
+
+    seen = []
+
+    def reflector(request):
+        seen.append(request)
+        return RuleReflector()(request)
+
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0"), reflector=reflector)
+    env.reset(seed=0, options={"map": ["FFF", "FSF", "FFG"], "max_steps": 3})
+    for _ in range(3):
+        env.step("Up")
+    steps = seen[0].steps
+    assert [(s.action_read, s.action_reported) for s in steps] == [(None, True)] * 3
+    prompt = RuleReflector()(seen[0])
+    assert "Up from row 2, column 2 had no effect" not in prompt and "readable" in prompt

@@ -214,3 +214,14 @@ def test_open_room_table_agrees_with_the_solver_on_the_paper_layouts():
         assert open_room_moves(level) == solution_stats(level, method="bfs").moves
     # Not an open one-box room: the caller must search.
     assert open_room_moves(parse_level(["#######", "#@$ $.#", "#  . ##", "#######"])) == -1
+
+
+def test_uniform_sizes_stay_available_as_before():
+    """size="uniform" is the earlier default: each seed's room size is rng.choice(PAPER_SIZES)."""
+    for seed in range(200):
+        expected = int(np.random.default_rng(seed).choice(sokoban_generator.PAPER_SIZES))
+        assert generate_level(np.random.default_rng(seed), size="uniform")[0].height == expected
+    from erl_envs.sokoban import SokobanTextEnv
+
+    env_level = SokobanTextEnv(size="uniform", exclude=None).reset(seed=5)[1]
+    assert env_level["optimal_steps"] <= 8
