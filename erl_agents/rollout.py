@@ -46,10 +46,10 @@ __all__ = [
 # attempt re-scored under the initial prompt (imitation) or a first attempt paired with its reflected context
 # (reverse-KL consolidation).
 ROLES = ("attempt1", "reflection", "attempt2", "distilled")
+_ROLE_OF_PHASE = {"attempt1": "attempt1", "reflect": "reflection", "attempt2": "attempt2"}
 
 # generate's cache argument and output field: ``cache`` in recent transformers 5.x, ``past_key_values`` before.
 _CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
-_ROLE_OF_PHASE = {"attempt1": "attempt1", "reflect": "reflection", "attempt2": "attempt2"}
 
 
 @dataclass(frozen=True)
@@ -234,11 +234,19 @@ class Reply:
     prefix: CachedPrefix | None = None  # with kv_reuse: context and reply as far as the model has read them
 
 
-def _check_prefix(prefix: CachedPrefix, context: Sequence[int]) -> None:
-    # A prefix of another conversation, or one that leaves no token to read, would give silently wrong samples.
-    if len(prefix.tokens) >= len(context) or list(context[: len(prefix.tokens)]) != prefix.tokens:
-        raise ValueError("a cached prefix must be a proper prefix of its context (it belongs to another conversation "
-                         "or the context did not grow since it was cached)")
+def _cached_lengths(prefixes: Sequence[CachedPrefix | None], contexts: Sequence[Sequence[int]]) -> list[int]:
+    """How many leading tokens of each context are cached, after checking each prefix really is one."""
+    if len(prefixes) != len(contexts):
+        raise ValueError(f"prefixes must have one entry per context, got {len(prefixes)} for {len(contexts)}")
+    lengths = []
+    for prefix, context in zip(prefixes, contexts):
+        n = len(prefix.tokens) if prefix is not None else 0
+        # A prefix of another conversation, or one that leaves no token to read, would give silently wrong samples.
+        if prefix is not None and (n >= len(context) or list(context[:n]) != prefix.tokens):
+            raise ValueError("a cached prefix must be a proper prefix of its context (it belongs to another "
+                             "conversation or the context did not grow since it was cached)")
+        lengths.append(n)
+    return lengths
 
 
 def _stack_prefixes(prefixes: Sequence[CachedPrefix | None], width: int) -> DynamicCache:
@@ -280,7 +288,7 @@ def generate_replies(
     sampling: SamplingParams,
     valid_actions: Sequence[str] | None = None,
     table: ConstraintTable | None = None,
-    prefixes: Sequence[CachedPrefix | None] | None = None,
+    prefixes: list[CachedPrefix | None] | None = None,
 ) -> list[Reply]:
     """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
 
@@ -290,15 +298,11 @@ def generate_replies(
     With ``prefixes`` (one per context: a ``CachedPrefix`` of it, or None) the model reads only each context's tokens
     after its prefix, and each reply carries the prefix of its context plus reply for the next call. The cached
     tokens keep the positions they were read at, the new ones are left-padded after them, so every row sees exactly
-    what it would see re-read from scratch: the same samples for the same seed.
+    what it would see re-read from scratch: the same samples for the same seed. The list is emptied once read, so
+    that the caches it pointed to can be freed before the new one grows.
     """
     tokenizer, chat = policy.tokenizer, policy.chat
-    if prefixes is not None and len(prefixes) != len(contexts):
-        raise ValueError(f"prefixes must have one entry per context, got {len(prefixes)} for {len(contexts)}")
-    for prefix, context in zip(prefixes or [], contexts):
-        if prefix is not None:
-            _check_prefix(prefix, context)
-    cached = [len(p.tokens) if p is not None else 0 for p in prefixes] if prefixes is not None else [0] * len(contexts)
+    cached = _cached_lengths(prefixes, contexts) if prefixes is not None else [0] * len(contexts)
     past = max(cached)
     width = past + max(len(c) - n for c, n in zip(contexts, cached))
     pad = tokenizer.pad_token_id
@@ -314,6 +318,9 @@ def generate_replies(
     # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
     max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
     cache = {_CACHE: _stack_prefixes(prefixes, past)} if past else {}
+    reuse = prefixes is not None
+    if reuse:
+        prefixes.clear()  # handed over: the previous calls' caches can go before generate grows the new one
     out = policy.model.generate(
         input_ids=input_ids.to(policy.device),
         attention_mask=attention.to(policy.device),
@@ -337,7 +344,7 @@ def generate_replies(
          for k, scores in enumerate(out.scores)], dim=1).cpu()
     new = new.cpu()
     # The cache holds every column but the last sampled token, which the model never read.
-    layers = _cache_layers(getattr(out, _CACHE)) if prefixes is not None else None
+    layers = _cache_layers(getattr(out, _CACHE)) if reuse else None
     read = new.shape[1] - 1
     replies = []
     stops = set(chat.stop_ids)
@@ -456,9 +463,8 @@ def run_episodes(
             # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
             budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
             params = SamplingParams(params.temperature, params.top_p, params.top_k, max(budget, 1))
-            prefixes = [live[i].prefix for i in members] if kv_reuse else None
             out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
-                                   prefixes=prefixes)
+                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None)
             for i, reply in zip(members, out):
                 live[i].prefix, reply.prefix = reply.prefix, None
             replies.update(zip(members, out))
@@ -504,6 +510,14 @@ def run_episodes(
         live = still
         timing["env"] += time.perf_counter() - clock
     return episodes
+
+
+def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list[CachedPrefix | None]:
+    """The members' cached prefixes, no longer held by their episodes: each call holds at most one old cache."""
+    prefixes = [live[i].prefix for i in members]
+    for i in members:
+        live[i].prefix = None
+    return prefixes
 
 
 def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int) -> None:

@@ -18,9 +18,20 @@ ENV_KWARGS = {"size": [3, 4]}
 
 @pytest.fixture(scope="module")
 def policy():
+    """The tiny model, made to end about one free reply in three early (an end-of-turn logit bias), so that rows
+    leave a batch at different steps."""
     env = make_env("ERL-FrozenLake-v0", ENV_KWARGS)
     tokenizer = build_tiny_tokenizer(tiny_corpus(env, episodes=30, seed=0), vocab_size=400)
-    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0).eval(), tokenizer)
+    policy = Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0).eval(), tokenizer)
+    model = policy.model
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[policy.chat.end_of_turn_id] = 4.0
+    model.config.tie_word_embeddings = False
+    model.lm_head = head
+    return policy
 
 
 def _frozen_lakes(count):
@@ -57,9 +68,18 @@ def _assert_same_episodes(policy, make_envs, **kwargs):
     return episodes
 
 
+def _reply_lengths(trajectory):
+    runs, n = [], 0
+    for m in trajectory.mask + [0]:
+        if m:
+            n += 1
+        elif n:
+            runs, n = runs + [n], 0
+    return runs
+
+
 def _turns(episodes):
-    return [sum(1 for m, nxt in zip(t.mask, t.mask[1:] + [0]) if m and not nxt) for e in episodes
-            for t in e.trajectories]
+    return [len(_reply_lengths(t)) for e in episodes for t in e.trajectories]
 
 
 @pytest.mark.parametrize("constrained", [True, False])
@@ -67,9 +87,12 @@ def test_multi_turn_frozen_lake_is_the_same_with_and_without_reuse(policy, const
     sampling = SamplingParams(1.0, 1.0, 0, 5)
     episodes = _assert_same_episodes(policy, lambda: _frozen_lakes(6), sampling=sampling, constrained=constrained)
     turns = _turns(episodes)
-    assert max(turns) >= 3 and min(turns) < max(turns)  # multi-turn, and episodes ended at different turns
-    if not constrained:
-        assert any(t.truncated_replies for e in episodes for t in e.trajectories)  # rows left the batch early too
+    assert max(turns) >= 3
+    if constrained:  # an action per turn: some episodes reach a hole or the goal before the others
+        assert min(turns) < max(turns)
+    else:  # replies cut at max_new_tokens beside replies that ended earlier, in the same calls
+        lengths = [n for e in episodes for t in e.trajectories for n in _reply_lengths(t)]
+        assert any(t.truncated_replies for e in episodes for t in e.trajectories) and min(lengths) < 5
 
 
 @pytest.mark.parametrize("constrained", [True, False])
@@ -167,3 +190,22 @@ def test_the_benchmark_plays_the_same_episodes_both_ways(policy, tmp_path):
     assert text.count("| yes |") == 2
     speed = bench_rollout.kv_speed_rows(rows, "tiny")
     assert speed[1]["baseline_name"] == "re-read every turn" and speed[1]["ratio"] == rows[1]["ratio"]
+
+
+def test_the_previous_cache_is_released_before_generate_grows_the_next(policy):
+    """Between turns the conversations hold their cache; during a call only the new one should be alive."""
+    import weakref
+
+    chat, sampling = policy.chat, SamplingParams(1.0, 1.0, 0, 3)
+    contexts = _left_padded_contexts(policy)
+    first = generate_replies(policy, contexts, sampling, prefixes=[None] * len(contexts))
+    old = weakref.ref(first[0].prefix.layers[0][0])
+    grown = [c + r.ids + ([] if r.finished else [chat.end_of_turn_id]) + chat.user_turn("x")
+             for c, r in zip(contexts, first)]
+    alive = []
+    handle = policy.model.register_forward_pre_hook(lambda *_: alive.append(old() is not None))
+    try:
+        generate_replies(policy, grown, sampling, prefixes=[first.pop(0).prefix for _ in grown])
+    finally:
+        handle.remove()
+    assert alive and not any(alive)
