@@ -82,13 +82,16 @@ class ReplayFirstAttempt(gym.Wrapper):
         return obs, info
 
 
-def load_tasks(game: str, count: int) -> list:
+def load_tasks(game: str, count: int, max_size: int = 0) -> list:
+    """The first ``count`` paper test tasks of ``game``; with ``max_size``, only FrozenLake maps up to that side."""
     from erl_agents.evaluate import paper_tasks
 
     folder = Path(os.environ.get("ERL_SHARED", ROOT.parent / "shared")) / "paper_tasks"
     tasks = paper_tasks(GAMES[game], folder) if folder.is_dir() else None
     if not tasks:
         raise FileNotFoundError(f"the paper's {game} test set is not in {folder} (set ERL_SHARED to the shared folder)")
+    if max_size:
+        tasks = [t for t in tasks if "size" not in (t[1] or {}) or t[1]["size"] <= max_size]
     return tasks[:count]
 
 
@@ -109,7 +112,8 @@ def play(policy, envs, resets, sampling, reflect_sampling, constrained: bool, ba
     return episodes
 
 
-def measure_game(policy, game: str, count: int, constrained: bool, batch: int, settings: dict, seed: int) -> dict:
+def measure_game(policy, game: str, count: int, constrained: bool, batch: int, settings: dict, seed: int,
+                 max_size: int = 0) -> dict:
     import torch
 
     from erl_agents.trainer import make_env
@@ -117,7 +121,7 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
     from erl_envs.reflectors import RuleReflector
 
     env_id = GAMES[game]
-    tasks = load_tasks(game, count)
+    tasks = load_tasks(game, count, max_size)
     sampling, reflect_sampling = settings["sampling"], settings["reflect_sampling"]
     clock = {"seconds": 0.0, "tokens": 0}
 
@@ -151,6 +155,7 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
     return {
         "game": game,
         "tasks": len(tasks),
+        "sizes": sorted({t[1]["size"] for t in tasks if t[1] and "size" in t[1]}),
         "attempt1_successes": sum(bool(r["attempt1"]["success"]) for r in records),
         "failed": len(failed),
         "retry_successes": {c: sum(outcome[c]) for c in CONDITIONS},
@@ -193,7 +198,9 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
     ]
     for g in results:
         cells = [rate(g["retry_successes"][c], g["failed"]) for c in CONDITIONS]
-        lines.append(f"| {g['game']} | {rate(g['attempt1_successes'], g['tasks'])} | " + " | ".join(cells)
+        sizes = g.get("sizes") or []
+        game = f"{g['game']} (sizes {min(sizes)}-{max(sizes)})" if sizes else g["game"]
+        lines.append(f"| {game} | {rate(g['attempt1_successes'], g['tasks'])} | " + " | ".join(cells)
                      + f" | {rate(g['usable_prompts'], g['failed'])} | "
                      f"{g['sampled_tokens'] / max(g['generation_seconds'], 1e-9):.1f} |")
     lines += ["", "## An example of the model's own reflection (first failed task of each game)", ""]
@@ -209,11 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, nargs="+", default=[100],
                         help="paper test tasks per game (the first N; 100 = all): one count, or one per --games entry")
     parser.add_argument("--games", nargs="+", choices=sorted(GAMES), default=["frozenlake", "sokoban"])
+    parser.add_argument("--max-size", type=int, default=0,
+                        help="only FrozenLake test maps up to this side (0 = all; cpu-smol trains on sizes 2-4)")
     parser.add_argument("--free", action="store_true", help="free-text moves instead of constrained action strings")
     parser.add_argument("--batch", type=int, default=32, help="live episodes per generate call")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "reflection_lift.md")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="rewrite the report from an earlier run's .json instead of measuring")
     args = parser.parse_args(argv)
     import torch
     from transformers.utils import logging as hf_logging
@@ -234,6 +245,14 @@ def main(argv: list[str] | None = None) -> int:
                                            preset.reflect_max_new_tokens),
         "reflection_instructions": preset.reflection_instructions,
     }
+    if args.from_json is not None:
+        # The measuring command is the one given here without --from-json (pass the same options as the run).
+        skip = {argv.index("--from-json"), argv.index("--from-json") + 1} if "--from-json" in argv else set()
+        command = " ".join(["python benchmarks/bench_reflection_lift.py"]
+                           + [a for i, a in enumerate(argv) if i not in skip])
+        results = json.loads(args.from_json.read_text())
+        args.output.write_text(to_markdown(results, command, settings, not args.free, args.threads or 1))
+        return 0
     policy = load_model(preset.model, dtype="float32")
     policy.model.eval()
     counts = args.tasks * len(args.games) if len(args.tasks) == 1 else args.tasks
@@ -242,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for game, count in zip(args.games, counts):
         started = time.perf_counter()
-        results.append(measure_game(policy, game, count, not args.free, args.batch, settings, args.seed))
+        results.append(measure_game(policy, game, count, not args.free, args.batch, settings, args.seed,
+                                    args.max_size))
         print(f"{game}: {json.dumps({k: v for k, v in results[-1].items() if k != 'example_reflection'})} "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
     report = to_markdown(results, "python benchmarks/bench_reflection_lift.py " + " ".join(argv), settings,
