@@ -58,7 +58,7 @@ def summary(name: str, config: dict, rows: list[dict]) -> dict:
     return {
         "name": name, "steps": len(steps), "stop": stop,
         "sampled": last.get("tokens/sampled_total", 0), "budget": budget,
-        "minutes": last.get("time/elapsed", 0.0) / 60, "step_minutes": mean_of(steps, "time/step") or 0.0,
+        "minutes": last.get("time/elapsed", 0.0) / 60, "step_seconds": mean_of(steps, "time/step") or 0.0,
         "r1": mean_of(steps, "success/attempt1"), "r2": mean_of(steps, "success/attempt2"),
         "lift": mean_of(steps, "lift"), "prompt_rate": mean_of(steps, "reflection/prompt_rate"),
         "memory": max((r.get("memory/set", 0.0) for r in steps), default=0.0),
@@ -82,11 +82,11 @@ def to_markdown(runs: list[dict], command: str) -> str:
     ]
     for r in runs:
         evals = ", ".join(f"{step}: {value:.2f}" for step, value, _ in r["evals"])
-        episodes = int(r["evals"][0][2]) if r["evals"] else 0
+        evals = f"{evals} ({int(r['evals'][0][2])})" if r["evals"] else "not run"
         lines.append(
             f"| {r['name']} | {r['steps']} | {r['stop']} | {r['sampled']:,.0f} ({r['budget']:,}) | {r['minutes']:.0f} | "
-            f"{r['step_minutes'] / 60:.1f} | {fmt(r['r1'])} | {fmt(r['r2'])} | {fmt(r['lift'])} | "
-            f"{fmt(r['prompt_rate'])} | {'yes' if r['memory'] else 'no'} | {evals} ({episodes}) |")
+            f"{r['step_seconds'] / 60:.1f} | {fmt(r['r1'])} | {fmt(r['r2'])} | {fmt(r['lift'])} | "
+            f"{fmt(r['prompt_rate'])} | {'yes' if r['memory'] else 'no'} | {evals} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -104,15 +104,17 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
             if key == "success/attempt1":
                 retries = [(r["step"], r["success/attempt2"]) for r in rows if "success/attempt2" in r]
                 if retries:
-                    ax.plot(*zip(*retries), linestyle="--", label=f"{name} r2 (retry)")
+                    ax.plot(*zip(*retries), linestyle="--", marker="x", markersize=4, label=f"{name} r2 (retry)")
             if points:
-                ax.plot(*zip(*points), marker="o" if key.startswith("eval/") else None, markersize=3,
+                ax.plot(*zip(*points), marker="o", markersize=4,
                         label=f"{name} r1" if key == "success/attempt1" else name)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not measured in these runs", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("SmolLM2-135M-Instruct, FrozenLake sizes 2-4, one seed, matched sampled-token budget", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
