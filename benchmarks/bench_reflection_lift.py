@@ -203,8 +203,10 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
         lines.append(f"| {game} | {rate(g['attempt1_successes'], g['tasks'])} | " + " | ".join(cells)
                      + f" | {rate(g['usable_prompts'], g['failed'])} | "
                      f"{g['sampled_tokens'] / max(g['generation_seconds'], 1e-9):.1f} |")
-    lines += ["", "## An example of the model's own reflection (first failed task of each game)", ""]
-    for g in results:
+    examples = [g for g in results if g.get("example_reflection")]
+    if examples:
+        lines += ["", "## An example of the model's own reflection (first failed task of each game)", ""]
+    for g in examples:
         text = g["example_reflection"].strip().replace("```", "'''")
         lines += [f"**{g['game']}**:", "", "```text", text[:1200], "```", ""]
     return "\n".join(lines)
