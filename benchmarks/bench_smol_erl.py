@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from reporting import rate, write_keeping_analysis  # noqa: E402
 
 PANELS = (
     ("success/attempt1", "first-attempt success on training tasks (r1)"),
@@ -46,7 +49,8 @@ def mean_of(rows: list[dict], key: str) -> float | None:
 
 def summary(name: str, config: dict, rows: list[dict]) -> dict:
     steps = [r for r in rows if r.get("step", 0) > 0 and "tokens/generated" in r]
-    evals = [(r["step"], r["eval/success"], r["eval/episodes"]) for r in rows if "eval/success" in r]
+    evals = [(r["step"], r.get("tokens/sampled_total", 0), r["eval/success"], int(r["eval/episodes"]))
+             for r in rows if "eval/success" in r]
     last = steps[-1] if steps else {}
     budget = config.get("max_sampled_tokens", 0)
     if budget and last.get("tokens/sampled_total", 0) >= budget:
@@ -77,16 +81,22 @@ def to_markdown(runs: list[dict], command: str) -> str:
         f"Tables and curves by `{command}` from the two runs' metrics.jsonl ([smol_erl.png](smol_erl.png)).",
         "",
         "| run | steps | stopped by | sampled tokens (budget) | wall minutes | mean min/step | r1 (train) | "
-        "r2 on retries | lift r2 - r1 | usable `<prompt>` | memory ever set | held-out success by step (episodes) |",
+        "r2 on retries | lift r2 - r1 | usable `<prompt>` | memory ever set | held-out evaluations |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        evals = ", ".join(f"{step}: {value:.2f}" for step, value, _ in r["evals"])
-        evals = f"{evals} ({int(r['evals'][0][2])})" if r["evals"] else "not run"
         lines.append(
             f"| {r['name']} | {r['steps']} | {r['stop']} | {r['sampled']:,.0f} ({r['budget']:,}) | {r['minutes']:.0f} | "
             f"{r['step_seconds'] / 60:.1f} | {fmt(r['r1'])} | {fmt(r['r2'])} | {fmt(r['lift'])} | "
-            f"{fmt(r['prompt_rate'])} | {'yes' if r['memory'] else 'no'} | {evals} |")
+            f"{fmt(r['prompt_rate'])} | {'yes' if r['memory'] else 'no'} | {len(r['evals']) or 'not run'} |")
+    evaluated = [r for r in runs if r["evals"]]
+    if evaluated:
+        lines += ["", "Held-out first-attempt success on the paper's test maps of the trained sizes, one sample per map "
+                  "(95% Wilson intervals):", "", "| run | step | sampled tokens so far | held-out success |",
+                  "|---|---|---|---|"]
+        for r in evaluated:
+            for step, tokens, value, episodes in r["evals"]:
+                lines.append(f"| {r['name']} | {step} | {tokens:,.0f} | {rate(round(value * episodes), episodes)} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -100,16 +110,18 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 3.5))
     for ax, (key, title) in zip(axes, PANELS):
         for name, rows in runs.items():
-            points = [(r["step"], r[key]) for r in rows if key in r]
+            # x is the sampled-token budget spent so far (what the runs are matched on), not the step: an ERL step
+            # samples attempts, a reflection and a retry, so it costs more tokens than an RLVR step.
+            points = [(r.get("tokens/sampled_total", 0), r[key]) for r in rows if key in r]
             if key == "success/attempt1":
-                retries = [(r["step"], r["success/attempt2"]) for r in rows if "success/attempt2" in r]
+                retries = [(r["tokens/sampled_total"], r["success/attempt2"]) for r in rows if "success/attempt2" in r]
                 if retries:
                     ax.plot(*zip(*retries), linestyle="--", marker="x", markersize=4, label=f"{name} r2 (retry)")
             if points:
                 ax.plot(*zip(*points), marker="o", markersize=4,
                         label=f"{name} r1" if key == "success/attempt1" else name)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set_xlabel("sampled tokens")
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
@@ -134,10 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     plot({name: rows for name, (_, rows) in loaded.items()}, args.output.with_suffix(".png"))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    # Only the generated table: the written analysis lives below the marker and is kept across regenerations.
-    marker = "<!-- analysis -->"
-    old = args.output.read_text() if args.output.exists() else ""
-    args.output.write_text(report + ("\n" + marker + old.split(marker, 1)[1] if marker in old else ""))
+    write_keeping_analysis(args.output, report)
     return 0
 
 

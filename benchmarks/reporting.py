@@ -1,0 +1,38 @@
+"""What the result-writing benchmarks share: binomial intervals, and reports whose written analysis survives a rerun.
+
+A results file is a generated part (tables, the command that made them) and, below ``ANALYSIS_MARKER``, the prose
+a person wrote about those numbers. Regenerating the tables must not erase the prose.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+ANALYSIS_MARKER = "<!-- analysis -->"
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial rate (sound at 0/n and n/n, unlike the normal approximation)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def rate(successes: int, n: int) -> str:
+    """``k/n = p [low, high]`` with the 95% Wilson interval."""
+    if n == 0:
+        return "n/a (0 tasks)"
+    low, high = wilson(successes, n)
+    return f"{successes}/{n} = {successes / n:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def write_keeping_analysis(path: Path, generated: str) -> None:
+    """Write ``generated`` to ``path``, keeping whatever the old file had below ``ANALYSIS_MARKER``."""
+    old = path.read_text() if path.exists() else ""
+    kept = old.split(ANALYSIS_MARKER, 1)[1] if ANALYSIS_MARKER in old else "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(generated.rstrip("\n") + "\n\n" + ANALYSIS_MARKER + kept)
