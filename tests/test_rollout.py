@@ -2,10 +2,12 @@
 
 import pytest
 import torch
+from transformers import StaticCache
 
 from erl_agents.grpo import token_log_probs
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
 from erl_agents.rollout import (
+    _CACHE,
     ConstraintTable,
     Episode,
     SamplingParams,
@@ -119,9 +121,12 @@ def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
 # --- the constrained-decoding fast path against the plain transformers path it replaced ---
 
 
-def _reference_generate_replies(policy, contexts, sampling, valid_actions=None, table=None):
+def _reference_generate_replies(policy, contexts, sampling, valid_actions=None, table=None, cache="static"):
     """generate_replies through ``prefix_allowed_tokens_fn`` (a nested-dict trie walked per row and step) and a
-    stacked ``[B, new, V]`` score tensor: the straightforward path the rollout must agree with exactly."""
+    stacked ``[B, new, V]`` score tensor: the straightforward path the rollout must agree with exactly.
+
+    ``cache="static"`` is transformers' own preallocated cache, which the rollout uses (bit for bit the same);
+    ``"dynamic"`` the growing default (the same tokens, log-probs equal up to float summation order)."""
     chat = policy.chat
     width = max(len(c) for c in contexts)
     input_ids = torch.full((len(contexts), width), policy.tokenizer.pad_token_id)
@@ -148,6 +153,10 @@ def _reference_generate_replies(policy, contexts, sampling, valid_actions=None, 
     if valid_actions:
         kwargs["prefix_allowed_tokens_fn"] = lambda _row, ids: allowed(ids[width:].tolist())
         max_new = max(len(t) for t in encoded)
+    if cache == "static":
+        # A fresh one each call, of the length generate gives its own (``cache_implementation="static"`` would
+        # reuse a longer cache kept on the model from an earlier call, changing the attention sums' length).
+        kwargs[_CACHE] = StaticCache(config=policy.model.config, max_cache_len=width + max_new - 1)
     out = policy.model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
                                 temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                                 max_new_tokens=max_new, eos_token_id=chat.stop_ids,
@@ -188,6 +197,20 @@ def test_generate_replies_matches_the_plain_transformers_path_exactly(policy, co
                for r in replies]
         want = [(ids, lp, [old_table.sets[c] if c >= 0 else c for c in cs], done) for ids, lp, cs, done in expected]
         assert got == want  # bit for bit: tokens, log-probs, constraint sets, stop flags
+
+
+def test_the_preallocated_cache_samples_what_the_growing_cache_samples(policy):
+    contexts = [policy.chat.open("Pick a door.", f"The prize is behind door {d}. Which door?") for d in "ABCA"]
+    contexts[1] = contexts[1] + [40, 41, policy.chat.end_of_turn_id] + policy.chat.user_turn("Turn 2 of 3.")
+    sampling = SamplingParams(0.7, 0.8, 20, 8)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        growing = _reference_generate_replies(policy, contexts, sampling, cache="dynamic")
+        torch.manual_seed(seed)
+        replies = generate_replies(policy, contexts, sampling)
+        assert [r.ids for r in replies] == [ids for ids, *_ in growing]
+        for reply, (_, logprobs, _, _) in zip(replies, growing):
+            torch.testing.assert_close(torch.tensor(reply.logprobs), torch.tensor(logprobs), atol=1e-5, rtol=1e-5)
 
 
 def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch):
