@@ -108,18 +108,26 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 3.5))
+    colors = {"ERL": "tab:blue", "RLVR": "tab:orange"}
     for ax, (key, title) in zip(axes, PANELS):
         for name, rows in runs.items():
             # x is the sampled-token budget spent so far (what the runs are matched on), not the step: an ERL step
             # samples attempts, a reflection and a retry, so it costs more tokens than an RLVR step.
-            points = [(r.get("tokens/sampled_total", 0), r[key]) for r in rows if key in r]
+            curves = [(key, "-", name if key != "success/attempt1" else f"{name} r1")]
             if key == "success/attempt1":
-                retries = [(r["tokens/sampled_total"], r["success/attempt2"]) for r in rows if "success/attempt2" in r]
-                if retries:
-                    ax.plot(*zip(*retries), linestyle="--", marker="x", markersize=4, label=f"{name} r2 (retry)")
-            if points:
-                ax.plot(*zip(*points), marker="o", markersize=4,
-                        label=f"{name} r1" if key == "success/attempt1" else name)
+                curves.append(("success/attempt2", "--", f"{name} r2 (retry)"))
+            for metric, style, label in curves:
+                points = [(r.get("tokens/sampled_total", 0), r[metric]) for r in rows if metric in r]
+                if not points:
+                    continue
+                x, y = zip(*points)
+                if metric.startswith("success/"):
+                    # One task a step: per-step rates are 0/4 or 3/10 noise; show them faint, a 5-step mean bold.
+                    ax.plot(x, y, style, color=colors.get(name), alpha=0.25, linewidth=0.8)
+                    y = [sum(y[max(0, i - 4): i + 1]) / len(y[max(0, i - 4): i + 1]) for i in range(len(y))]
+                    label += " (5-step mean)"
+                ax.plot(x, y, style, color=colors.get(name), marker="o" if style == "-" else "x", markersize=3,
+                        label=label)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("sampled tokens")
         ax.grid(alpha=0.3)
