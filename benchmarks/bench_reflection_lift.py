@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from reporting import rate, write_keeping_analysis  # noqa: E402
+from reporting import rate, wilson, write_keeping_analysis  # noqa: E402
 
 GAMES = {"frozenlake": "ERL-FrozenLake-v0", "sokoban": "ERL-Sokoban-v0"}
 CONDITIONS = ("own", "rule", "no_reflection", "plain")
@@ -160,7 +160,8 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
     }
 
 
-def to_markdown(results: list[dict], command: str, settings: dict, constrained: bool, threads: int) -> str:
+def to_markdown(results: list[dict], command: str, settings: dict, constrained: bool, threads: int,
+                png: str = "reflection_lift.png") -> str:
     import torch
 
     # The 1-minute load average sampled while each game ran: how busy the machine was (2.0 on 2 cores = full).
@@ -181,7 +182,7 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
         "cpu-smol reflection prompt.",
         "",
         "Attempt 1 is over all tasks; every retry is over the failed first attempts (the same failures for all four "
-        "conditions). 95% Wilson intervals in brackets.",
+        f"conditions). 95% Wilson intervals in brackets. Plot: [{Path(png).name}]({Path(png).name}).",
         "",
         "| game | attempt 1 | retry: " + " | retry: ".join(CONDITION_NAMES[c] for c in CONDITIONS)
         + " | usable `<prompt>` in own reflection | sampled tokens/s |",
@@ -201,6 +202,34 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
         text = g["example_reflection"].strip().replace("```", "'''")
         lines += [f"**{g['game']}**:", "", "```text", text[:1200], "```", ""]
     return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """One panel per game: attempt 1 over all tasks, then each retry over the failures, with 95% Wilson bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8), squeeze=False)
+    for ax, g in zip(axes[0], results):
+        bars = [("attempt 1", g["attempt1_successes"], g["tasks"])]
+        bars += [(CONDITION_NAMES[c].split(" (")[0], g["retry_successes"][c], g["failed"]) for c in CONDITIONS]
+        values = [k / n if n else 0.0 for _, k, n in bars]
+        intervals = [wilson(k, n) if n else (0.0, 0.0) for _, k, n in bars]
+        errors = [[v - low for v, (low, _) in zip(values, intervals)],
+                  [high - v for v, (_, high) in zip(values, intervals)]]
+        ax.bar(range(len(bars)), values, yerr=errors, capsize=4,
+               color=["tab:gray"] + ["tab:blue", "tab:green", "tab:orange", "tab:red"])
+        ax.set_xticks(range(len(bars)), [f"{name}\n{k}/{n}" for name, k, n in bars], fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("success rate")
+        ax.set_title(f"{g['game']}: retries over the {g['failed']} failed first attempts", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("SmolLM2-135M-Instruct before training: does a reflection lift the retry? (95% Wilson)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                            + [a for i, a in enumerate(argv) if i not in skip])
         results = [game for path in args.from_json for game in json.loads(path.read_text())]
         write_keeping_analysis(args.output, to_markdown(results, command, settings, not args.free,
-                                                         args.threads or 1))
+                                                         args.threads or 1, str(args.output.with_suffix(".png"))))
+        plot(results, args.output.with_suffix(".png"))
         return 0
     policy = load_model(preset.model, dtype="float32")
     policy.model.eval()
@@ -265,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         # Written after every game, so a run stopped during the next game keeps what it finished.
         args.output.with_suffix(".json").write_text(json.dumps(results, indent=2))
     report = to_markdown(results, "python benchmarks/bench_reflection_lift.py " + " ".join(argv), settings,
-                         not args.free, torch.get_num_threads())
+                         not args.free, torch.get_num_threads(), str(args.output.with_suffix(".png")))
     print(report)
     write_keeping_analysis(args.output, report)
+    plot(results, args.output.with_suffix(".png"))
     return 0
 
 
