@@ -279,8 +279,8 @@ def _preallocated_cache(policy: Policy, length: int, prefix_layers: list | None 
 
     Why not the default growing cache: it appends each sampled token by concatenation, copying every layer's whole
     cache once per token, which took most of a 32-row decode step on CPU (SmolLM2-135M, 600 positions).
-    Writing into room set aside up front copies only the new position. Masked columns past the sampled tokens stay
-    zero and are never attended to, so the samples are those of the growing cache.
+    Writing into room set aside up front copies only the new position. Columns not yet written are masked out, so
+    the samples are the growing cache's tokens (log-probs equal up to float summation order; tests/test_rollout.py).
     """
     cache = StaticCache(config=policy.model.config, max_cache_len=length)
     for layer, (keys, values) in enumerate(prefix_layers or []):
