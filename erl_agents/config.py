@@ -42,7 +42,7 @@ class TrainConfig:
     reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector) or "plan" (its solution only)
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
-    reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.prompts' for the env
+    reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.reflection.prompts' for the env
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
     memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)

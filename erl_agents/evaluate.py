@@ -20,7 +20,8 @@ import numpy as np
 from erl_agents.models import Policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 
-__all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "evaluate", "merge_eval_results"]
+__all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "paper_tasks_folder", "task_fits", "eval_tasks",
+           "eval_overlap_problem", "evaluate", "merge_eval_results"]
 
 # Training task seeds are drawn from [0, EVAL_SEED_BASE); held-out seeds start here.
 EVAL_SEED_BASE = 2**30
@@ -58,6 +59,70 @@ def paper_tasks(env_id: str, folder: str | os.PathLike | None = None) -> list[Ta
             return [(int(r.index), {"level": [str(line) for line in r.layout]}) for r in rows.itertuples()]
         return [(int(r["index"]), {"level": list(r["layout"])}) for r in packaged._sokoban_records()]
     return None
+
+
+def paper_tasks_folder() -> Path | None:
+    """The paper's task sets: ``$ERL_PAPER_TASKS``, else ``$ERL_SHARED/paper_tasks``, else ``../shared/paper_tasks``
+    beside this checkout; ``None`` when none of them is a folder."""
+    candidates = [os.environ.get("ERL_PAPER_TASKS", "")]
+    if os.environ.get("ERL_SHARED"):
+        candidates.append(os.path.join(os.environ["ERL_SHARED"], "paper_tasks"))
+    candidates.append(str(Path(__file__).resolve().parents[2] / "shared" / "paper_tasks"))
+    return next((Path(c) for c in candidates if c and os.path.isdir(c)), None)
+
+
+def task_fits(options: dict | None, env_kwargs: dict) -> bool:
+    """Whether a paper instance lies inside the sizes ``env_kwargs`` trains on: FrozenLake's ``size`` is a range of
+    board sides, Sokoban's the largest level shape (height, width)."""
+    size, options = env_kwargs.get("size"), options or {}
+    if size is None:
+        return True
+    pair = (size, size) if isinstance(size, int) else tuple(size)
+    if "size" in options and not min(pair) <= options["size"] <= max(pair):
+        return False
+    return not ("level" in options and (len(options["level"]) > pair[0] or max(map(len, options["level"])) > pair[1]))
+
+
+
+def eval_tasks(env_id: str, env_kwargs: dict, eval_set: str, count: int) -> list[Task]:
+    """The held-out tasks of a run: with ``eval_set`` ``"auto"`` or ``"paper"`` the paper's test instances of the
+    trained sizes (from a paper_tasks folder when one is found, else the copies shipped with erl_envs), else (or when
+    the env has none, under ``"auto"``) ``count`` seeded tasks."""
+    if eval_set in ("auto", "paper"):
+        # A run on 2-4 boards is not evaluated on 9x9 ones.
+        tasks = paper_tasks(env_id, paper_tasks_folder())
+        tasks = [t for t in tasks if task_fits(t[1], env_kwargs)] if tasks is not None else []
+        if tasks:
+            return tasks[:count]
+        if eval_set == "paper":
+            raise ValueError(f"no paper test instance for {env_id} of the trained sizes "
+                             f"(env_kwargs size {env_kwargs.get('size')!r}); use --eval-set seeded")
+    return seeded_tasks(count)
+
+
+def eval_overlap_problem(train_env: gym.Env, eval_env: gym.Env) -> str | None:
+    """Why held-out evaluation on ``eval_env`` would not be held out, or None when it is (or cannot tell).
+
+    Only envs with a fixed question list (``env.unwrapped.questions``, e.g. HotpotQA) can overlap: the grid envs'
+    held-out instances come from their own seeds or the paper's test files.
+    """
+    from erl_envs.qa.data import shared_questions
+
+    train = getattr(train_env.unwrapped, "questions", None)
+    held_out = getattr(eval_env.unwrapped, "questions", None)
+    if train is None or held_out is None:
+        return None
+    if train_env is eval_env:
+        return (f"held-out evaluation would ask the {len(train)} training questions: give it other questions with "
+                "--eval-env-kwargs '{\"data\": ...}' (e.g. ../shared/hotpotqa/dev_distractor_sample_dev.jsonl when "
+                "training on ..._train.jsonl), or pass --allow-eval-overlap to evaluate on training questions")
+    shared = shared_questions(train, held_out)
+    if not shared:
+        return None
+    return (f"{len(shared)} of the {len(held_out)} held-out questions are also training questions (same id or "
+            f"same normalised text, e.g. {shared[0].question[:80]!r}): evaluate on a disjoint split, or pass "
+            "--allow-eval-overlap to accept the overlap")
+
 
 
 def evaluate(

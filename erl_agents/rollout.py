@@ -6,8 +6,8 @@ list: the model's sampled tokens are appended as they came out of ``generate`` (
 log-probs), the env's messages are appended as chat-template segments (mask 0), and nothing is ever re-tokenised.
 
 With ``ReflectionWrapper`` an episode holds up to three conversations (first attempt, reflection, second attempt);
-``info["new_conversation"]`` closes one and opens the next. After the episode, the consolidation copies are built
-from token lists too: the second attempt with the system-prompt tokens swapped for the initial prompt's.
+``info["new_conversation"]`` closes one and opens the next. The consolidation copies are built from these token lists
+afterwards (``erl_agents.batch``): the second attempt with the system-prompt tokens swapped for the initial prompt's.
 
 Across turns the model reads each conversation once (``kv_reuse``): a reply comes back with the keys and values of
 its conversation so far (a ``CachedPrefix``), and the next turn's ``generate`` call starts from them, so the model
@@ -39,7 +39,6 @@ __all__ = [
     "CachedPrefix",
     "generate_replies",
     "run_episodes",
-    "consolidation_copies",
 ]
 
 # attempt1: first attempts; reflection: the reflection text; attempt2: raw second attempts; distilled: the second
@@ -280,7 +279,7 @@ def _preallocated_cache(policy: Policy, length: int, prefix_layers: list | None 
     Why not the default growing cache: it appends each sampled token by concatenation, copying every layer's whole
     cache once per token, which took most of a 32-row decode step on CPU (SmolLM2-135M, 600 positions).
     Writing into room set aside up front copies only the new position. Columns not yet written are masked out, so
-    the samples are the growing cache's tokens (log-probs equal up to float summation order; tests/test_rollout.py).
+    the samples are the growing cache's tokens (log-probs equal up to float summation order; tests/agents/test_rollout.py).
     """
     cache = StaticCache(config=policy.model.config, max_cache_len=length)
     for layer, (keys, values) in enumerate(prefix_layers or []):
@@ -595,46 +594,3 @@ def _finish(state: _Live, info: dict) -> None:
             trajectory.reward = float(r2)
             trajectory.success = bool(attempts["attempt2"].get("success", float(r2) >= 1.0))
     episode.success = bool(attempts["attempt1"].get("success", r1 >= 1.0))
-
-
-def consolidation_copies(policy: Policy, episodes: Sequence[Episode], mode: str = "imitation",
-                         max_seq_len: int = 8192) -> list[Trajectory]:
-    """The ``distilled`` trajectories of ERL's consolidation step, built by swapping prompt tokens.
-
-    * ``imitation`` (the paper): the second attempt's tokens after its opening, behind the opening of the
-      *initial* system prompt, rewarded r2 (the trainer gives it advantage max(r2, 0)).
-    * ``reverse_kl`` (the paper's future work): the first attempt as sampled (the student's own tokens), paired with
-      the same tokens behind the second attempt's reflected system prompt (the teacher context).
-
-    Only episodes whose second attempt scored r2 > 0 yield a copy: the others would get advantage 0 (imitation) or
-    weight 0 (the 1(r2 > 0) of reverse-KL) and carry no signal, so they are not scored at all.
-    """
-    if mode not in ("imitation", "reverse_kl"):
-        raise ValueError(f"unknown consolidation mode {mode!r}; choose 'imitation' or 'reverse_kl'")
-    chat = policy.chat
-    copies = []
-    for episode in episodes:
-        second = episode.trajectory("attempt2")
-        if second is None or second.reward <= 0:
-            continue
-        if mode == "imitation":
-            source, system = second, episode.initial_system_prompt
-        else:
-            source, system = episode.trajectory("attempt1"), episode.initial_system_prompt
-        opening = chat.open(system, source.first_observation)
-        body = slice(source.prompt_len, None)
-        copy = Trajectory(
-            role="distilled", task=episode.task, episode=episode.index,
-            tokens=(opening + source.tokens[body])[:max_seq_len],
-            mask=([0] * len(opening) + source.mask[body])[:max_seq_len],
-            logprobs=([0.0] * len(opening) + source.logprobs[body])[:max_seq_len],
-            constraints=([-1] * len(opening) + source.constraints[body])[:max_seq_len],
-            prompt_len=len(opening), system_prompt=system, first_observation=source.first_observation,
-            reward=second.reward, success=second.success, overflowed=source.overflowed,
-        )
-        if mode == "reverse_kl":
-            teacher_opening = chat.open(second.system_prompt, source.first_observation)
-            copy.teacher_tokens = (teacher_opening + source.tokens[body])[: max_seq_len + len(teacher_opening)]
-            copy.teacher_offset = len(teacher_opening) - len(opening)
-        copies.append(copy)
-    return copies

@@ -1,4 +1,5 @@
-"""The run folder's safety: one run at a time (a lock), and files that are either complete and verified or absent.
+"""The run folder: one run at a time (a lock), files that are either complete and verified or absent, every write a
+run makes (``RunWriter``), and what a resume may change (``check_resume``).
 
 Every file a run writes goes through ``write_atomically`` (a temporary name in the same folder, flushed to disk,
 renamed over the target with ``os.replace``), and a folder of files such as ``initial_model/`` through
@@ -15,11 +16,16 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Any, Callable, Sequence
 
-__all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "write_atomically", "save_folder", "folder_problem",
-           "file_digest", "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
+from erl_agents.config import RULES, TrainConfig, config_to_dict
+from erl_envs.safe_parse import loads_json, read_text_limited
+
+__all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "RunWriter", "ResumeRefusedError", "resume_changes",
+           "check_resume", "write_atomically", "save_folder", "folder_problem", "file_digest", "fsync_dir",
+           "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
 _CHUNK = 1 << 20
@@ -141,8 +147,6 @@ def save_folder(folder: str | os.PathLike, save: Callable[[str], None]) -> None:
 
 def folder_problem(folder: str | os.PathLike) -> str | None:
     """``None`` when ``folder`` matches its manifest; otherwise what is wrong, in one sentence naming the file."""
-    from erl_envs.safe_parse import loads_json, read_text_limited
-
     folder = Path(folder)
     manifest = folder / FOLDER_MANIFEST
     if not folder.is_dir():
@@ -195,3 +199,93 @@ class RunLock:
     def release(self) -> None:
         if not self._file.closed:
             self._file.close()  # closing the descriptor releases the flock
+
+
+class RunWriter:
+    """Every file a run writes goes through here, and only the main process writes.
+
+    Whole files are replaced atomically (``erl_agents.run_folder``); a write the disk refuses raises
+    ``RunFolderError`` naming the file and the reason.
+    """
+
+    def __init__(self, folder: str | os.PathLike, enabled: bool = True):
+        self.folder = Path(folder)
+        self.enabled = enabled
+        if enabled:
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RunFolderError(f"cannot create the run folder {self.folder}: "
+                                     f"{failure_reason(exc, self.folder.parent)}") from exc
+
+    def write_json(self, name: str, data: Any) -> None:
+        if self.enabled:
+            text = json.dumps(data, indent=2, default=str, ensure_ascii=False)
+            write_atomically(self.folder / name, lambda f: f.write(text.encode("utf-8")))
+
+    def append_metrics(self, row: dict) -> None:
+        if self.enabled:
+            path = self.folder / "metrics.jsonl"
+            try:
+                with open(path, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            except OSError as exc:
+                raise RunFolderError(f"cannot write {path}: {failure_reason(exc, self.folder)}") from exc
+
+    def rewrite_metrics(self, rows: Sequence[dict]) -> None:
+        """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
+        if self.enabled:
+            text = "".join(json.dumps(r) + "\n" for r in rows)
+            write_atomically(self.folder / "metrics.jsonl", lambda f: f.write(text.encode("utf-8")))
+
+
+class ResumeRefusedError(ValueError):
+    """``--resume`` with a value that would change what the run is (see ``erl_agents.config.RULES``)."""
+
+
+def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], list[str]]:
+    """The fields whose value differs from the run's saved config (``{name: [old, new]}``), and those of them that
+    ``--resume`` refuses: "fixed" fields not named in ``config.resume_changes``."""
+    allowed = {name.strip() for name in config.resume_changes.split(",") if name.strip()}
+    defaults = config_to_dict(TrainConfig())
+    changes = {}
+    for name, value in config_to_dict(config).items():
+        old = saved.get(name, defaults[name])
+        if old != value:
+            changes[name] = [old, value]
+    refused = [name for name in changes if RULES[name].resume == "fixed" and "all" not in allowed
+               and name not in allowed]
+    return changes, refused
+
+
+def check_resume(config: TrainConfig, state: dict) -> list[dict]:
+    """Compare ``config`` with the one its run folder was started with; refuse a change of meaning.
+
+    Returns the config history to record: the saved one plus this resume's changes, when there are any.
+    """
+    path = Path(config.output) / "config.json"
+    saved = dict(state.get("config") or {})  # what the checkpoint was trained with, when config.json is unusable
+    if path.is_file():
+        try:
+            from_file = loads_json(read_text_limited(path, 1 << 20, "config file"))
+            if not isinstance(from_file, dict):
+                raise ValueError(f"a JSON object was expected, got {type(from_file).__name__}")
+            saved = from_file
+        except (ValueError, UnicodeDecodeError) as exc:
+            warnings.warn(f"{path} is unreadable ({exc}); comparing with the checkpoint's config instead",
+                          RuntimeWarning, stacklevel=2)
+    history = saved.pop("history", [])
+    history = list(history) if isinstance(history, list) else []
+    changes, refused = resume_changes(saved, config)
+    if refused:
+        shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in refused)
+        raise ResumeRefusedError(
+            f"--resume refuses to change what the run in {config.output} is ({shown}); resume with its "
+            f"values (see its config.json), start a new --output, or allow the change with "
+            f"--resume-changes {','.join(refused)}")
+    for name in ("resume", "resume_changes"):  # how this process was started, not what the run is
+        changes.pop(name, None)
+    if changes:
+        history.append({"resumed_at_step": int(state["step"]), "changes": changes,
+                        "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
+    return history

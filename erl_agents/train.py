@@ -146,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     from erl_agents.distributed import close_world, init_world
     from erl_agents.run_folder import RunFolderError
-    from erl_agents.trainer import NonFiniteTrainingError, Trainer
+    from erl_agents.trainer import Trainer
+    from erl_agents.update import NonFiniteTrainingError
 
     # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
     device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"

@@ -1,7 +1,7 @@
 """erl-gym environments: text FrozenLake, Sokoban and HotpotQA for Experiential RL, and the reflection wrapper.
 
 Importing this package registers ``ERL-FrozenLake-v0``, ``ERL-Sokoban-v0`` and ``ERL-HotpotQA-v0`` with Gymnasium,
-and ``ERL-Remote-v0`` (``erl_envs.remote.RemoteEnv``: a session of an env served by ``erl-serve``).
+and ``ERL-Remote-v0`` (``erl_envs.integrations.remote.RemoteEnv``: a session of an env served by ``erl-serve``).
 """
 
 from gymnasium.envs.registration import register, registry
@@ -9,11 +9,11 @@ from gymnasium.envs.registration import register, registry
 __version__ = "0.1.0"
 
 _ENVS = {
-    "ERL-FrozenLake-v0": "erl_envs.frozen_lake:FrozenLakeTextEnv",
-    "ERL-Sokoban-v0": "erl_envs.sokoban:SokobanTextEnv",
-    "ERL-HotpotQA-v0": "erl_envs.hotpotqa:HotpotQAEnv",
+    "ERL-FrozenLake-v0": "erl_envs.grid.frozen_lake:FrozenLakeTextEnv",
+    "ERL-Sokoban-v0": "erl_envs.grid.sokoban:SokobanTextEnv",
+    "ERL-HotpotQA-v0": "erl_envs.qa.hotpotqa:HotpotQAEnv",
     # A session of an env served by `erl-serve` on another machine: gym.make("ERL-Remote-v0", url="http://...").
-    "ERL-Remote-v0": "erl_envs.remote:RemoteEnv",
+    "ERL-Remote-v0": "erl_envs.integrations.remote:RemoteEnv",
 }
 
 for _env_id, _entry_point in _ENVS.items():
@@ -30,16 +30,16 @@ def __getattr__(name):
         "ReflectionWrapper": "erl_envs.reflection",
         "ReflectionSyncVectorEnv": "erl_envs.reflection",
         "ReflectionAsyncVectorEnv": "erl_envs.reflection",
-        "ReflectionMemory": "erl_envs.memory",
-        "RetrievalMemory": "erl_envs.memory",
-        "PoolMemory": "erl_envs.memory",
-        "RuleReflector": "erl_envs.reflectors",
-        "HFReflector": "erl_envs.reflectors",
-        "FrozenLakeTextEnv": "erl_envs.frozen_lake",
-        "SokobanTextEnv": "erl_envs.sokoban",
-        "HotpotQAEnv": "erl_envs.hotpotqa",
-        "BM25Index": "erl_envs.search",
-        "RemoteEnv": "erl_envs.remote",
+        "ReflectionMemory": "erl_envs.reflection.memory",
+        "RetrievalMemory": "erl_envs.reflection.memory",
+        "PoolMemory": "erl_envs.reflection.memory",
+        "RuleReflector": "erl_envs.reflection.reflectors",
+        "HFReflector": "erl_envs.reflection.reflectors",
+        "FrozenLakeTextEnv": "erl_envs.grid.frozen_lake",
+        "SokobanTextEnv": "erl_envs.grid.sokoban",
+        "HotpotQAEnv": "erl_envs.qa.hotpotqa",
+        "BM25Index": "erl_envs.qa.search",
+        "RemoteEnv": "erl_envs.integrations.remote",
     }
     if name in lazy:
         import importlib

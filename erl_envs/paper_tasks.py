@@ -16,7 +16,6 @@ from pathlib import Path
 __all__ = [
     "DATA_DIR",
     "sokoban_test_layouts",
-    "sokoban_test_keys",
     "frozenlake_test_rows",
     "shared_paper_file",
 ]
@@ -39,14 +38,6 @@ def _sokoban_records() -> tuple[dict, ...]:
 def sokoban_test_layouts() -> list[list[str]]:
     """The paper's 100 Sokoban test layouts, each a list of XSB rows, in the paper's order."""
     return [list(record["layout"]) for record in _sokoban_records()]
-
-
-@lru_cache(maxsize=1)
-def sokoban_test_keys() -> frozenset[str]:
-    """``SokobanLevel.key`` of every paper test layout: what generated training levels must never equal."""
-    from erl_envs.sokoban_levels import parse_level
-
-    return frozenset(parse_level(rows).key for rows in sokoban_test_layouts())
 
 
 def frozenlake_test_rows() -> list[dict]:

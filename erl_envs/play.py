@@ -15,7 +15,7 @@ from typing import TextIO
 import gymnasium as gym
 
 import erl_envs  # noqa: F401  (registers the ERL env ids)
-from erl_envs.actions import ACTION_FORMATS, GridAction, format_action
+from erl_envs.grid.actions import ACTION_FORMATS, GridAction, format_action
 
 __all__ = ["main", "play_text", "play_keyboard", "QUIT_WORDS"]
 

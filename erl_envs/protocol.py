@@ -1,4 +1,5 @@
-"""The small protocol that lets ``ReflectionWrapper`` and the trainer drive any text env, ours or a user's.
+"""The small protocol that lets ``ReflectionWrapper`` and the trainer drive any text env, ours or a user's, and the
+text pieces every part of erl_envs shares (``FreeText``, ``TEXT_CHARSET``, ``utf8_safe``).
 
 Required: observations and actions are ``str``; ``reset(seed=s, options=o)`` with the same ``s`` and ``o`` gives the
 same task instance (the wrapper replays an instance this way for the second attempt).
@@ -6,7 +7,7 @@ same task instance (the wrapper replays an instance this way for the second atte
 Optional, with defaults when an env does not provide them:
 
 =========================================  ==========================================================================
-``env.unwrapped.instructions``             the initial system prompt (default: ``prompts.GENERIC_INSTRUCTIONS``)
+``env.unwrapped.instructions``             the initial system prompt (default: ``GENERIC_INSTRUCTIONS``)
 ``env.unwrapped.prompt_style``             ``"grid"``, ``"qa"`` or ``"generic"``: which reflection instructions
                                            and format reminder apply (default ``"generic"``)
 ``env.unwrapped.prompt_set``               ``"paper"`` or ``"lenient"``: with ``game_name`` ``"FrozenLake"`` or
@@ -29,24 +30,62 @@ Optional, with defaults when an env does not provide them:
 
 from __future__ import annotations
 
+import string
 from typing import Any, Mapping
 
 import gymnasium as gym
+from gymnasium import spaces
 
-from erl_envs import prompts
+__all__ = ["GENERIC_INSTRUCTIONS", "STYLES", "TEXT_CHARSET", "FreeText", "utf8_safe", "instructions_of",
+           "prompt_style_of", "step_comment", "episode_feedback", "task_id_of"]
 
-__all__ = ["instructions_of", "prompt_style_of", "step_comment", "episode_feedback", "task_id_of"]
+# The system prompt of an env that brings none.
+GENERIC_INSTRUCTIONS = (
+    "You are an agent acting in a text environment. Read each observation and reply with your next action."
+)
+
+# The prompt styles an env may declare (``env.unwrapped.prompt_style``): which reflection texts apply to it.
+STYLES = ("grid", "qa", "generic")
+
+# Printable ASCII plus the whitespace our messages use. Observations of the grid games only ever hold these
+# characters, so ``gymnasium.spaces.Text(charset=TEXT_CHARSET)`` really contains every observation.
+TEXT_CHARSET = frozenset(string.ascii_letters + string.digits + string.punctuation + " \t\n")
+
+
+class FreeText(spaces.Text):
+    """A Text space that contains every ``str``.
+
+    The wrapper's observations include the reflection request, which quotes the agent's own replies and
+    model-written memory, and its actions include reflections: no character set bounds them. ``max_length`` and
+    the charset only shape ``sample()``.
+    """
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+    def __repr__(self) -> str:
+        return f"FreeText(sample_max_length={self.max_length})"
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates replaced: a str may hold them (model output decoded leniently), UTF-8 and
+    JSON cannot, so one would break every later save of the memory or of an episode record."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def instructions_of(env: gym.Env) -> str:
     """The env's initial system prompt."""
     text = getattr(env.unwrapped, "instructions", None)
-    return text if isinstance(text, str) and text else prompts.GENERIC_INSTRUCTIONS
+    return text if isinstance(text, str) and text else GENERIC_INSTRUCTIONS
 
 
 def prompt_style_of(env: gym.Env) -> str:
     style = getattr(env.unwrapped, "prompt_style", "generic")
-    return style if style in prompts.STYLES else "generic"
+    return style if style in STYLES else "generic"
 
 
 def step_comment(info: Mapping[str, Any], reward: float) -> str:

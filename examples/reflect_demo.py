@@ -17,7 +17,7 @@ import numpy as np
 
 import erl_envs  # noqa: F401  (registers the envs)
 from erl_envs import ReflectionMemory, ReflectionWrapper, RuleReflector
-from erl_envs.actions import ACTION_NAMES, format_action
+from erl_envs.grid.actions import ACTION_NAMES, format_action
 
 _ROUTE = re.compile(r"route on this board[^:]*: ((?:Up|Down|Left|Right)(?:, (?:Up|Down|Left|Right))*) \(")
 

@@ -5,13 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from paths import HOTPOTQA_SAMPLE, PAPER_TASKS
+
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-
-# ../shared beside the project root (CI lays a copy there); ERL_SHARED overrides it.
-SHARED = Path(os.environ.get("ERL_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
-PAPER_TASKS = SHARED / "paper_tasks"
-HOTPOTQA_SAMPLE = SHARED / "hotpotqa"
 
 
 @pytest.fixture

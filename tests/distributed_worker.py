@@ -1,4 +1,4 @@
-"""One rank of the data-parallel tests, launched by tests/test_distributed.py with ``torchrun --nproc_per_node 2``.
+"""One rank of the data-parallel tests, launched by tests/agents/test_distributed.py with ``torchrun --nproc_per_node 2``.
 
 ``update FOLDER``: one ``policy_update`` per case in FOLDER/cases.pt on this rank's block of tasks, through DDP;
 rank 0 saves the resulting weights to FOLDER/ddp_CASE.pt.
@@ -22,7 +22,8 @@ from erl_agents.config import build_config  # noqa: E402
 from erl_agents.distributed import close_world, init_world, shard_bounds  # noqa: E402
 from erl_agents.lora import apply_lora  # noqa: E402
 from erl_agents.models import load_policy  # noqa: E402
-from erl_agents.trainer import Trainer, TokenScorer, policy_update  # noqa: E402
+from erl_agents.trainer import Trainer  # noqa: E402
+from erl_agents.update import TokenScorer, policy_update  # noqa: E402
 
 
 def run_updates(folder: Path, world) -> None:

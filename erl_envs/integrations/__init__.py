@@ -2,7 +2,7 @@
 
 * ``erl_envs.integrations.trl``: TRL's ``GRPOTrainer(environment_factory=...)`` (``pip install "erl-gym[trl]"``).
 * ``erl_envs.integrations.openenv_server``: the ``erl-serve`` OpenEnv server (``pip install "erl-gym[serve]"``);
-  its client is ``erl_envs.remote.RemoteEnv``, which needs no extra.
+  its client is ``erl_envs.integrations.remote.RemoteEnv``, which needs no extra.
 * ``erl_envs.integrations.verifiers``: a Verifiers environment (``pip install "erl-gym[verifiers]"``).
 
 Nothing is imported here, so importing one adapter never requires another ecosystem's packages.

@@ -6,7 +6,7 @@ Two ways in, on one FastAPI app:
   per connection: ``reset`` / ``step`` / ``state`` messages), ``/health``, ``/schema``, ``/metadata`` and the
   stateless ``POST /reset``. This is what OpenEnv clients (``openenv.core.GenericEnvClient``, TRL's and SkyRL's
   OpenEnv examples) talk to.
-* HTTP sessions for ``erl_envs.remote.RemoteEnv`` (plain ``requests``, no WebSocket): ``POST /sessions``,
+* HTTP sessions for ``erl_envs.integrations.remote.RemoteEnv`` (plain ``requests``, no WebSocket): ``POST /sessions``,
   ``POST /sessions/{id}/reset``, ``POST /sessions/{id}/step``, ``GET /sessions/{id}/state``,
   ``DELETE /sessions/{id}``, ``GET /sessions`` (counts) and ``GET /info`` (the env's prompt and spaces).
 
@@ -36,7 +36,7 @@ import gymnasium as gym
 import erl_envs  # noqa: F401  (registers the ERL-* ids)
 from erl_envs import protocol
 from erl_envs.reflection import ReflectionWrapper, to_jsonable
-from erl_envs.remote import space_to_json
+from erl_envs.integrations.remote import space_to_json
 
 try:
     from fastapi import Body, FastAPI, Request

@@ -1,0 +1,345 @@
+"""The loss and the optimizer steps: one training step's rows become PPO mini-batches, micro-batches with gradient
+accumulation, the clipped token loss with the KL and entropy terms (and reverse-KL consolidation), then the update.
+
+The maths are small functions in ``erl_agents.grpo``; this module feeds them tokens. Data parallel: the model is a
+``DistributedDataParallel(TokenScorer(policy))`` and each rank holds its share of the rows (see ``policy_update``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from erl_agents.accelerator import autocast, autocast_dtype
+from erl_agents.config import TrainConfig
+from erl_agents.distributed import World
+from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, token_log_probs
+from erl_agents.lora import reference_weights
+from erl_agents.rollout import ConstraintTable, Trajectory
+
+__all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
+           "policy_update"]
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Raised after ``max_bad_steps`` consecutive steps whose loss or gradient was NaN or infinite, or as soon as an
+    update leaves a weight NaN or infinite (before that step's checkpoint)."""
+
+
+def _collate(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, s in enumerate(sequences):
+        ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention[row, : len(s)] = 1
+    return ids, attention
+
+
+def _target_matrix(trajectories: Sequence[Trajectory], width: int, field: str, fill) -> torch.Tensor:
+    """A per-token field shifted to target positions: column p describes the token predicted at position p."""
+    dtype = torch.float32 if isinstance(fill, float) else torch.long
+    out = torch.full((len(trajectories), width - 1), fill, dtype=dtype)
+    for row, t in enumerate(trajectories):
+        values = getattr(t, field)[1:]
+        out[row, : len(values)] = torch.tensor(values, dtype=dtype)
+    return out
+
+
+def selected_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
+                    select: torch.Tensor) -> torch.Tensor:
+    """Logits ``[N, V]`` predicting the selected target positions only (``select`` is ``[B, T-1]``).
+
+    The output head runs on the N selected hidden states instead of all B*T, which is most of the memory for a
+    150k-token vocabulary. Models that post-process logits (soft-capping, scaling) take the plain path.
+    """
+    if hasattr(model, "get_base_model"):
+        # A LoRA PeftModel: its adapters live inside the wrapped transformer, so the transformer's parts are used.
+        model = model.get_base_model()
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        logits = model(input_ids=ids, attention_mask=attention).logits
+        return logits[:, :-1][select]
+    hidden = model.base_model(input_ids=ids, attention_mask=attention).last_hidden_state
+    return model.get_output_embeddings()(hidden[:, :-1][select])
+
+
+class TokenScorer(torch.nn.Module):
+    """``selected_logits`` as one module call: what DistributedDataParallel wraps, since DDP arms its gradient
+    all-reduce in the wrapper's forward and ``selected_logits`` reaches past the model's own ``forward``."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        return selected_logits(self.model, ids, attention, select)
+
+
+def _inner(model: torch.nn.Module) -> torch.nn.Module:
+    """The policy itself, for passes that need no gradient (and so no all-reduce)."""
+    return model.module.model if isinstance(model, DistributedDataParallel) else model
+
+
+def _policy_logits(model, ids, attention, select) -> torch.Tensor:
+    if isinstance(model, DistributedDataParallel):
+        return model(ids, attention, select)
+    return selected_logits(model, ids, attention, select)
+
+
+def _grad_sync(model, sync: bool):
+    """Under DDP, micro-batches accumulate gradients locally and the last one's backward all-reduces them."""
+    if isinstance(model, DistributedDataParallel) and not sync:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def _idle_loss(model, pad_id: int) -> torch.Tensor:
+    """A zero loss over every weight, for a rank that has run out of micro-batches: its backward still joins the
+    all-reduce the other ranks are waiting in, and adds exactly nothing to the gradient."""
+    device = next(model.parameters()).device
+    ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
+    select = torch.ones((1, 1), dtype=torch.bool, device=device)
+    return _policy_logits(model, ids, torch.ones_like(ids), select).sum() * 0.0
+
+
+def micro_batches(batch: Sequence[Trajectory], size: int, max_tokens: int = 0) -> list[list[Trajectory]]:
+    """Consecutive chunks of at most ``size`` sequences and, when ``max_tokens`` > 0, at most ``max_tokens`` padded
+    tokens (rows x longest row), the quantity activation memory grows with. A sequence longer than the cap gets a
+    chunk of its own. Sort ``batch`` by length first so that chunks pad little."""
+    chunks: list[list[Trajectory]] = []
+    current: list[Trajectory] = []
+    longest = 0
+    for t in batch:
+        width = max(longest, len(t.tokens))
+        if current and (len(current) == size or (max_tokens and width * (len(current) + 1) > max_tokens)):
+            chunks.append(current)
+            current, width = [], len(t.tokens)
+        current.append(t)
+        longest = width
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
+                      pad_id: int, num_tokens: float, num_seqs: float, old: dict | None) -> tuple[torch.Tensor, dict]:
+    device = next(model.parameters()).device
+    ids, attention = _collate([t.tokens for t in batch], pad_id)
+    select = _target_matrix(batch, ids.shape[1], "mask", 0).bool()
+    constraints = _target_matrix(batch, ids.shape[1], "constraints", -1)[select]
+    ids, attention = ids.to(device), attention.to(device)
+    select_d = select.to(device)
+    seq_of_row = select.nonzero(as_tuple=True)[0]
+    targets = ids[:, 1:][select_d]
+    temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in batch])
+    temperature = temps[seq_of_row].unsqueeze(-1).to(device)
+    logits = _policy_logits(model, ids, attention, select_d)
+    allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
+    log_p, entropy = token_log_probs(logits, targets, temperature, allowed)
+    old_log_p = torch.cat([old[id(t)] for t in batch]).to(device) if old is not None else log_p.detach()
+    advantages = torch.tensor([t.advantage for t in batch], dtype=torch.float32, device=device)[seq_of_row.to(device)]
+    token_loss, clipped = ppo_token_loss(log_p, old_log_p, advantages, config.clip_low, config.clip_high,
+                                         config.clip_ratio_c)
+    stats = {"clipped": clipped.float().sum().item(), "entropy": entropy.detach().sum().item(), "tokens": len(targets)}
+
+    if ref_model is not None and config.kl_coef > 0:
+        # With LoRA the reference is the policy itself with its adapters switched off.
+        with torch.no_grad(), reference_weights(ref_model):
+            ref_log_p, _ = token_log_probs(selected_logits(ref_model, ids, attention, select_d), targets, temperature,
+                                           allowed)
+        kl = k3_kl(log_p, ref_log_p)
+        token_loss = token_loss + config.kl_coef * kl
+        stats["kl"] = kl.detach().sum().item()
+    if config.entropy_coef:
+        token_loss = token_loss - config.entropy_coef * entropy
+
+    distilled = [row for row, t in enumerate(batch) if t.teacher_tokens is not None]
+    if distilled:
+        # Teacher: the same policy, no gradient, with the reflected system prompt; rows align position by position.
+        teacher_batch = [batch[row] for row in distilled]
+        t_ids, t_attention = _collate([t.teacher_tokens for t in teacher_batch], pad_id)
+        t_select = torch.zeros((len(teacher_batch), t_ids.shape[1] - 1), dtype=torch.bool)
+        for k, (row, t) in enumerate(zip(distilled, teacher_batch)):
+            cols = select[row].nonzero(as_tuple=True)[0] + t.teacher_offset
+            t_select[k, cols] = True
+        with torch.no_grad():
+            teacher_logits = selected_logits(_inner(model), t_ids.to(device), t_attention.to(device),
+                                             t_select.to(device))
+        is_distilled = torch.zeros(len(batch), dtype=torch.bool)
+        is_distilled[distilled] = True
+        rows = is_distilled[seq_of_row].to(device)
+        rkl = reverse_kl(logits[rows], teacher_logits, temperature[rows],
+                         allowed[rows] if allowed is not None else None)
+        token_loss = token_loss.clone()
+        token_loss[rows] = token_loss[rows] + config.distill_coef * rkl
+        stats["reverse_kl"] = rkl.detach().sum().item()
+        stats["reverse_kl_tokens"] = int(rows.sum())
+
+    matrix = torch.zeros(select.shape, dtype=token_loss.dtype, device=device)
+    matrix[select_d] = token_loss
+    loss = aggregate(matrix, select_d, config.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    return loss, stats
+
+
+@torch.no_grad()
+def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tensor]:
+    """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights."""
+    out = {}
+    device = next(model.parameters()).device
+    for chunk in micro_batches(batch, config.micro_batch_size, config.max_tokens_per_micro_batch):
+        ids, attention = _collate([t.tokens for t in chunk], pad_id)
+        select = _target_matrix(chunk, ids.shape[1], "mask", 0).bool()
+        constraints = _target_matrix(chunk, ids.shape[1], "constraints", -1)[select]
+        logits = selected_logits(model, ids.to(device), attention.to(device), select.to(device))
+        allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
+        seq_of_row = select.nonzero(as_tuple=True)[0]
+        temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in chunk])
+        log_p, _ = token_log_probs(logits, ids[:, 1:][select].to(device), temps[seq_of_row].unsqueeze(-1).to(device),
+                                   allowed)
+        counts = select.sum(-1).tolist()
+        for t, part in zip(chunk, torch.split(log_p.cpu(), counts)):
+            out[id(t)] = part
+    return out
+
+
+def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, world: World,
+                   rng: np.random.Generator | None = None, shuffle: bool = False) -> list[list[Trajectory]]:
+    """The mini-batches of one PPO epoch; each is one optimizer step.
+
+    ``ppo_mini_batch_size`` > 0 is verl's schedule, which the paper's runs used: the batch is cut, in rollout order
+    and without shuffling, into consecutive blocks of ``ppo_mini_batch_size x group_size`` rows (split over the
+    ranks, as verl divides it by the data-parallel size). RLVR's 64 tasks x 10 rows make one block; ERL's 256 first
+    attempts plus a reflection, a retry and a distilled copy per failed attempt make 1-4, the later ones off-policy.
+    Otherwise the trainable rows are cut into ``minibatches`` equal parts, shuffled when ``shuffle``. Every rank
+    gets the same number of mini-batches (some possibly empty), so their gradient all-reduces pair up.
+    """
+    if config.ppo_mini_batch_size:
+        rows = max(1, config.ppo_mini_batch_size * config.group_size // world.size)
+        count = world.max(-(-len(trajectories) // rows))
+        blocks = [trajectories[k * rows:(k + 1) * rows] for k in range(count)]
+        return [[t for t in block if t.num_model_tokens > 0] for block in blocks]
+    trainable = [t for t in trajectories if t.num_model_tokens > 0]
+    order = rng.permutation(len(trainable)) if shuffle and rng is not None else np.arange(len(trainable))
+    return [[trainable[i] for i in part] for part in np.array_split(order, config.minibatches)]
+
+
+def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
+                  config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None,
+                  world: World | None = None) -> dict:
+    """PPO epochs x mini-batches optimizer steps over the batch (``minibatch_plan``), micro-batched with gradient
+    accumulation.
+
+    Sequences whose every token has zero loss (advantage 0, no KL or entropy term) are left out of the forward
+    passes but still count in the normalisers, so skipping them changes nothing but the time taken.
+
+    Data parallel: ``model`` is a ``DistributedDataParallel(TokenScorer(policy))`` and ``trajectories`` this rank's
+    share. The normalisers are summed over ranks, so the ranks' losses add up to the full batch's loss; DDP averages
+    gradients over ranks, so each rank scales its loss by the world size to make that average the full-batch
+    gradient. Every rank runs the same number of backward passes, and all ranks agree on skipping a bad update.
+    """
+    world = world or World()
+    trainable = [t for t in trajectories if t.num_model_tokens > 0]
+    stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_updates": 0,
+             "trained_tokens": 0, "reverse_kl": 0.0, "optimizer_steps": 0}
+    if not world.sum([len(trainable)])[0]:
+        return stats
+    device = next(model.parameters()).device
+    precision = autocast_dtype(config.precision, device.type)
+    regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
+    # Shuffling equal parts only matters when there is more than one optimizer step.
+    shuffle = config.ppo_epochs * config.minibatches > 1
+    plan = minibatch_plan(trajectories, config, world, rng, shuffle)
+    updates = config.ppo_epochs * len(plan)
+    needed = [t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+    old = None
+    if updates > 1 and needed:
+        with autocast(device, precision):
+            old = _old_log_probs(_inner(model), needed, table, config, pad_id)
+    sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
+    losses, norms = [], []
+    model.train()
+    for epoch in range(config.ppo_epochs):
+        if epoch:
+            plan = minibatch_plan(trajectories, config, world, rng, shuffle)
+        for minibatch in plan:
+            active = [t for t in minibatch if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+            num_tokens, num_seqs, num_active = world.sum(
+                [float(sum(t.num_model_tokens for t in minibatch)), float(len(minibatch)), float(len(active))])
+            if not num_seqs:
+                continue
+            active.sort(key=lambda t: len(t.tokens))
+            chunks = micro_batches(active, config.micro_batch_size, config.max_tokens_per_micro_batch)
+            rounds = world.max(len(chunks))
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            finite = True
+            for k in range(rounds):
+                with _grad_sync(model, sync=k == rounds - 1):
+                    if k >= len(chunks):
+                        with autocast(device, precision):
+                            idle = _idle_loss(model, pad_id)
+                        idle.backward()
+                        continue
+                    with autocast(device, precision):
+                        loss, part_stats = _micro_batch_loss(model, ref_model, chunks[k], table, config, pad_id,
+                                                             num_tokens, num_seqs, old)
+                    if not torch.isfinite(loss):
+                        finite = False
+                        if not world.enabled:
+                            break
+                    # Under DDP a bad loss still runs its backward (the other ranks wait in its all-reduce); the
+                    # update is then skipped on every rank below.
+                    (loss * world.size if world.enabled else loss).backward()
+                total += loss.item()
+                for key, value in part_stats.items():
+                    sums[key] += value
+            if not num_active:
+                continue
+            if world.enabled:
+                total, bad = world.sum([total, float(not finite)])
+                finite = not bad
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if not finite or not torch.isfinite(grad_norm):
+                # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip this step, log it.
+                optimizer.zero_grad(set_to_none=True)
+                stats["skipped_updates"] += 1
+                continue
+            optimizer.step()
+            if not _weights_finite(model):
+                # Adam's moments were finite and the gradient clipped, yet the weights are not (an overflowing
+                # learning rate, a broken dtype): nothing later can repair them, so stop before they are saved.
+                lr = optimizer.param_groups[0]["lr"]
+                raise NonFiniteTrainingError(f"an optimizer step made weights NaN/inf (lr {lr:g})")
+            stats["optimizer_steps"] += 1
+            losses.append(total)
+            norms.append(float(grad_norm))
+    if scheduler is not None:
+        # The schedule counts training steps, including ones whose update was skipped.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            scheduler.step()
+    if world.enabled:
+        sums = dict(zip(sums, world.sum(list(sums.values()))))
+    tokens = max(sums["tokens"], 1)
+    stats.update(
+        loss=float(np.mean(losses)) if losses else float("nan"),
+        clip_frac=sums["clipped"] / tokens,
+        entropy=sums["entropy"] / tokens,
+        kl=sums["kl"] / tokens,
+        grad_norm=float(np.mean(norms)) if norms else float("nan"),
+        trained_tokens=int(sums["tokens"]),
+        reverse_kl=sums["reverse_kl"] / max(sums["reverse_kl_tokens"], 1),
+    )
+    return stats
+
+
+def _weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every trainable weight is finite, with a single device-to-host sync."""
+    checks = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
+    return bool(torch.stack(checks).all()) if checks else True

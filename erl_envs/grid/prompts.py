@@ -1,0 +1,129 @@
+"""The grid games' prompts: the first-attempt system prompt, the lines shown after each turn, and the reminder of
+the reply format. Two sets, chosen by the envs' ``prompts=`` argument:
+
+* ``"lenient"`` (the envs' default): our short prompts, written from the paper's description (PAPER.md sections 1
+  and 3). They name no game and reveal no rule.
+* ``"paper"`` (the paper presets and ``benchmarks/learning/compare.py``): every piece of information the reference
+  code's prompts carry, in our own words (``PAPER_SET``; docs/fidelity.md lists each element and where it sits): a
+  structured-reasoning system prompt, the valid actions and reply format, Sokoban's push rule, and per-step notices
+  about walls and pushing. The paper set's reflection texts live in ``erl_envs.reflection.prompts``.
+
+Override by passing your own strings to the env (``instructions=``), or by assigning to these module attributes (or
+``PAPER_SET`` entries) before building envs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GRID_INSTRUCTIONS", "GRID_STEP_LINES", "GRID_FORMAT_REMINDER", "PAPER_SET", "PROMPT_SETS", "GAMES",
+           "uses_paper_set", "instructions", "format_reminder", "step_lines"]
+
+# --- The first-attempt system prompt. The grid games reveal no rules: the model must infer them by playing. ---
+
+GRID_INSTRUCTIONS = (
+    "You are an agent playing a game on a grid. Each turn you see the current grid and choose one move: "
+    "Up, Down, Left or Right. Think briefly about what to do, then give your move on its own inside a "
+    "triple-backtick block, for example:\n```Up```"
+)
+
+# --- The lines of a grid game's observation after each turn (the lenient set; see step_lines). None names a
+# symbol, so they read the same under any SymbolSet. (A dict, like PAPER_SET below, so that the tiny tokenizer's
+# corpus of module constants stays as it was.)
+
+GRID_STEP_LINES = {
+    "not_solved": "Not solved yet. Give your next action.",
+    "no_effect": "Your last action had no effect.",
+    "some_no_effect": "Some of your last moves had no effect.",
+    "parse_error": "Your last action could not be parsed, so nothing happened.",
+    "steps_left": "Steps remaining: {}",
+    "moved": None,
+}
+
+# --- The one-line reminder appended to a reflected system prompt on the second attempt. ---
+
+GRID_FORMAT_REMINDER = "Give your move (Up, Down, Left or Right) inside a triple-backtick block, e.g. ```Up```."
+
+# --- The paper set (``prompts="paper"``). A dict, not module constants: the tiny model's tokenizer is trained on the
+# prompt modules' constant strings (erl_agents.models.prompt_constants), and the paper set must not change it.
+
+_PAPER_REMINDER = (
+    "Always remember:\n"
+    "- The valid actions are Up, Down, Left and Right.\n"
+    "{extra}"
+    "- Reason step by step, but end your reply with a line holding only the next action inside triple backticks, "
+    "e.g. ```Up```."
+)
+_SOKOBAN_PUSH_RULE = "- You can push a box only when the cell behind it, in the direction you push, is free.\n"
+
+PAPER_SET = {
+    # The first-attempt system prompt of both grid games, before the reminder of its game.
+    "instructions": (
+        "You are playing a game on a grid, and you act as a careful reasoning engine. What you believe about how "
+        "the game works (your game rules) and about how to win (your strategy) are only your best guesses so far: "
+        "they may be incomplete or wrong. The one thing you can do is choose your NEXT ACTION.\n\n"
+        "Every turn:\n"
+        "1. State analysis: summarise the current board.\n"
+        "2. Value of the state: judge how promising this state is for the rest of the game (high, medium or low) "
+        "and say why.\n"
+        "3. Consequences: for the two most promising actions only, predict what each will do, as \"result, "
+        "because reason\".\n"
+        "4. Choice: pick the action that leads to the best future state.\n\n"
+        "Put parts 1 to 3 inside <reason>...</reason>, headed State analysis, Value of the state (with its "
+        "High / Medium / Low verdict) and Consequences (Action A, Action B). After </reason>, give the next action "
+        "on its own inside triple backticks, like this:\n```Up```"
+    ),
+    # Appended to the system prompt of every attempt (the reflected one included), as the reference does.
+    "reminder": {
+        "FrozenLake": _PAPER_REMINDER.format(extra=""),
+        "Sokoban": _PAPER_REMINDER.format(extra=_SOKOBAN_PUSH_RULE),
+    },
+    # Per-step lines that differ from the lenient set (the others are shared: not solved, steps remaining).
+    "step": {
+        "FrozenLake": {
+            "no_effect": "Your last action had no effect: your position did not change. Check your reasoning, the "
+                         "action you chose and the reply format: only the next action inside triple backticks, "
+                         "e.g. ```Up```.",
+            "parse_error": "No valid action was read from your last reply, so nothing happened. Put only the next "
+                           "action inside triple backticks, e.g. ```Up```.",
+        },
+        "Sokoban": {
+            "parse_error": "No valid move was read from your last reply, so nothing happened. Give a valid direction "
+                           "(Up, Down, Left or Right) inside triple backticks, e.g. ```Up```.",
+            "no_effect": "Your last move had no effect: you probably walked into a wall or pushed a box that is "
+                         "blocked. Give a valid direction: Up, Down, Left or Right.",
+            "some_no_effect": "Some of your last moves had no effect: walls and blocked boxes stop you.",
+            "moved": "Your last move worked (you moved, or pushed a box), but the puzzle is not solved yet: plan "
+                     "your next move.",
+        },
+    },
+}
+
+PROMPT_SETS = ("lenient", "paper")
+GAMES = ("FrozenLake", "Sokoban")
+
+
+def uses_paper_set(prompt_set: str, game: str | None) -> bool:
+    """Whether the paper set applies: it covers the two grid games; another game keeps the lenient set."""
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"unknown prompt set {prompt_set!r}; choose one of {list(PROMPT_SETS)}")
+    return prompt_set == "paper" and game in GAMES
+
+
+def instructions(prompt_set: str = "lenient", game: str | None = None) -> str:
+    if uses_paper_set(prompt_set, game):
+        return PAPER_SET["instructions"] + "\n\n" + PAPER_SET["reminder"][game]
+    return GRID_INSTRUCTIONS
+
+
+def format_reminder(prompt_set: str = "lenient", game: str | None = None) -> str:
+    if uses_paper_set(prompt_set, game):
+        return PAPER_SET["reminder"][game]
+    return GRID_FORMAT_REMINDER
+
+
+def step_lines(prompt_set: str, game: str | None) -> dict[str, str | None]:
+    """The per-step lines of a grid game under a prompt set: not_solved, no_effect, some_no_effect, parse_error,
+    steps_left (a template) and moved (None: no line after a move that worked)."""
+    lines = dict(GRID_STEP_LINES)
+    if uses_paper_set(prompt_set, game):
+        lines.update(PAPER_SET["step"].get(game, {}))
+    return lines

@@ -1,0 +1,133 @@
+"""The failed attempt as the reflection sees it: its steps as data (``TraceStep``), the trace text the reflect phase
+shows (lenient or paper set), and the ``ReflectionRequest`` handed to a reflector.
+
+``ReflectionWrapper`` records the steps and builds the request; a reflector (``erl_envs.reflection.reflectors``) or
+the agent reads it. Keeping the text in one place means a reflector sees exactly what the agent would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from erl_envs.grid.text import SymbolSet
+from erl_envs.reflection import prompts
+
+__all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace",
+           "DEFAULT_MAX_FIELD_CHARS"]
+
+# A trace field longer than this (a QA turn's passages, a rambling reply) is cut in the middle: the head holds the
+# grid or the first passages, the tail holds the action block, and the reflection prompt stays a sane length.
+DEFAULT_MAX_FIELD_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One step of an attempt: what the agent saw, what it did, and what came of it."""
+
+    observation: str
+    action: str
+    reward: float
+    took_effect: bool
+    terminated: bool
+    truncated: bool
+    comment: str
+    action_read: str | None = None  # the move(s) the env read from the reply, comma-separated; None: unreadable
+    action_reported: bool = False  # whether the env reported action_read (the grid games do); else read ``action``
+    positions: str = ""  # where things stand after the step, when the env says (Sokoban: player, boxes, goals)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+def clip_text(text: str, limit: int | None) -> str:
+    """Cut ``text`` in the middle to about ``limit`` characters, saying how much was cut."""
+    if limit is None or len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters omitted ...]\n{text[len(text) - tail:]}"
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def format_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
+                 max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+    """The attempt as text: each step (observation, action, reward, took effect, done, comment), then the outcome."""
+    parts = [
+        prompts.TRACE_STEP.format(
+            index=i + 1,
+            observation=clip_text(step.observation, max_field_chars),
+            action=clip_text(step.action, max_field_chars) if step.action.strip() else "(an empty reply)",
+            reward=f"{step.reward:g}",
+            took_effect=_yes_no(step.took_effect),
+            done=_yes_no(step.done),
+            comment=step.comment,
+        )
+        for i, step in enumerate(steps)
+    ]
+    parts.append(prompts.TRACE_OUTCOME.format(
+        final_observation=clip_text(final_observation, max_field_chars),
+        total_return=f"{total_return:g}",
+        feedback=feedback,
+    ))
+    return "\n\n".join(parts)
+
+
+def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
+                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+    """The attempt as the paper prompt set writes it: per step the board, the action *as read* (not the raw reply),
+    reward, took effect, episode ended, positions when known and the comment; then the outcome."""
+    template = prompts.PAPER_SET["trace_step"]
+    parts = [
+        template.format(
+            index=i + 1,
+            observation=clip_text(step.observation, max_field_chars),
+            action=(step.action_read or "none (no valid action in the reply: an invalid action)")
+            if step.action_reported else clip_text(step.action, max_field_chars),
+            reward=f"{step.reward:g}",
+            took_effect=_yes_no(step.took_effect),
+            done=_yes_no(step.done),
+            positions=f" {step.positions}" if step.positions else "",
+            comment=step.comment,
+        )
+        for i, step in enumerate(steps)
+    ]
+    parts.append(prompts.PAPER_SET["trace_outcome"].format(
+        final_observation=clip_text(final_observation, max_field_chars),
+        total_return=f"{total_return:g}",
+        feedback=feedback,
+    ))
+    return "\n\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ReflectionRequest:
+    """Everything a reflector may use: the messages the agent would see, and the trace as data.
+
+    ``text`` is the reflect phase's observation (base prompt, trace, outcome) and ``system_prompt`` its system
+    prompt (the reflection instructions of the env's style). ``symbols`` is the env's SymbolSet when it has one.
+    """
+
+    text: str
+    system_prompt: str
+    base_prompt: str
+    style: str
+    steps: tuple[TraceStep, ...]
+    final_observation: str
+    total_return: float
+    success: bool
+    feedback: str
+    task_id: str = ""
+    task_text: str = ""
+    symbols: SymbolSet | None = None
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat a model reflects in: the reflection instructions as system, the request as user."""
+        return [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.text}]
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,0 +1,202 @@
+"""Token-in/token-out rollouts, constrained decoding and consolidation copies (erl_agents/rollout.py)."""
+
+import pytest
+import torch
+from transformers import StaticCache
+
+from erl_agents.grpo import token_log_probs
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
+from erl_agents.rollout import (
+    _CACHE,
+    ConstraintTable,
+    SamplingParams,
+    generate_replies,
+    run_episodes,
+)
+from text_bandit import TextBanditEnv
+
+
+@pytest.fixture(scope="module")
+def policy():
+    env = TextBanditEnv(turns=3, contextual=True)
+    corpus = [env.instructions] + env.valid_actions * 10 + [
+        f"Turn {t} of 3. The prize is behind door {d}. Which door?" for t in range(1, 4) for d in "ABCD"] * 3
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
+    torch.manual_seed(0)
+    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
+
+
+def _recomputed_log_probs(policy, trajectory, table):
+    ids = torch.tensor([trajectory.tokens])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0, :-1]
+    select = torch.tensor(trajectory.mask[1:]).bool()
+    constraints = torch.tensor(trajectory.constraints[1:])[select]
+    allowed = table.allowed_mask(constraints, logits.shape[-1]) if (constraints >= 0).any() else None
+    log_p, _ = token_log_probs(logits[select], ids[0, 1:][select], 1.0, allowed)
+    return log_p, torch.tensor(trajectory.logprobs[1:])[select]
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_multi_turn_trajectories_are_built_by_appending_tokens(policy, constrained):
+    envs = [TextBanditEnv(turns=3, contextual=True) for _ in range(4)]
+    table = ConstraintTable()
+    timing = {}
+    episodes = run_episodes(policy, envs, [(7, None), (7, None), (8, None), (9, None)], [0, 0, 1, 2],
+                            SamplingParams(1.0, 1.0, 0, 6), constrained=constrained, table=table, timing=timing)
+    assert [e.task for e in episodes] == [0, 0, 1, 2] and timing["generation"] > 0
+    chat = policy.chat
+    for episode in episodes:
+        (trajectory,) = episode.trajectories
+        assert trajectory.role == "attempt1" and trajectory.system_prompt == envs[0].instructions
+        assert len(trajectory.tokens) == len(trajectory.mask) == len(trajectory.logprobs) == len(trajectory.constraints)
+        # The opening and every user turn are env tokens; exactly three replies were sampled.
+        assert trajectory.mask[: trajectory.prompt_len] == [0] * trajectory.prompt_len
+        model_positions = [i for i, m in enumerate(trajectory.mask) if m]
+        assert all(trajectory.tokens[i] not in (chat.tokenizer.convert_tokens_to_ids("<|user|>"),)
+                   for i in model_positions)
+        text = policy.tokenizer.decode(trajectory.tokens)
+        assert text.count("<|user|>") == 3 and text.startswith("<|system|>" + envs[0].instructions)
+        assert trajectory.reward == episode.returns
+        # The sampling log-probs are those of the policy the update will score (same temperature, same sets).
+        recomputed, stored = _recomputed_log_probs(policy, trajectory, table)
+        assert torch.allclose(recomputed, stored, atol=1e-4)
+        if constrained:
+            replies = [r for r in text.split("<|assistant|>")[1:]]
+            assert all(r.split("<|end|>")[0] in envs[0].valid_actions for r in replies)
+            assert all(c >= 0 for c, m in zip(trajectory.constraints, trajectory.mask) if m)
+
+
+def test_generate_replies_respects_max_new_tokens_and_stops(policy):
+    replies = generate_replies(policy, [[5, 6, 7], [5]], SamplingParams(1.0, 1.0, 0, 3))
+    assert all(len(r.ids) <= 3 for r in replies)
+    for r in replies:
+        assert r.finished == (r.ids[-1] in policy.chat.stop_ids)
+
+
+def test_overflowing_conversations_stop_generating(policy):
+    env = TextBanditEnv(turns=3, contextual=True)
+    opening = len(policy.chat.open(env.instructions, "Turn 1 of 3. The prize is behind door A. Which door?"))
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), constrained=True,
+                              max_seq_len=opening + 6, table=ConstraintTable())
+    (trajectory,) = episode.trajectories
+    assert trajectory.overflowed and len(trajectory.tokens) <= opening + 6
+    assert episode.returns <= 1.0  # later turns were empty replies, which the env scores 0
+
+
+# --- the constrained-decoding fast path against the plain transformers path it replaced ---
+
+
+def _reference_generate_replies(policy, contexts, sampling, valid_actions=None, table=None, cache="static"):
+    """generate_replies through ``prefix_allowed_tokens_fn`` (a nested-dict trie walked per row and step) and a
+    stacked ``[B, new, V]`` score tensor: the straightforward path the rollout must agree with exactly.
+
+    ``cache="static"`` is transformers' own preallocated cache, which the rollout uses (bit for bit the same);
+    ``"dynamic"`` the growing default (the same tokens, log-probs equal up to float summation order)."""
+    chat = policy.chat
+    width = max(len(c) for c in contexts)
+    input_ids = torch.full((len(contexts), width), policy.tokenizer.pad_token_id)
+    attention = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, ids in enumerate(contexts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+    root, kwargs, max_new = {}, {}, sampling.max_new_tokens
+    encoded = [policy.tokenizer(a, add_special_tokens=False)["input_ids"] + [chat.end_of_turn_id]
+               for a in valid_actions or []]
+    for tokens in encoded:
+        node = root
+        for token in tokens:
+            node = node.setdefault(token, {})
+
+    def allowed(prefix):
+        node = root
+        for token in prefix:
+            node = node.get(token)
+            if node is None:
+                return [chat.end_of_turn_id]
+        return list(node) or [chat.end_of_turn_id]
+
+    if valid_actions:
+        kwargs["prefix_allowed_tokens_fn"] = lambda _row, ids: allowed(ids[width:].tolist())
+        max_new = max(len(t) for t in encoded)
+    if cache == "static":
+        # A fresh one each call, of the length generate gives its own (``cache_implementation="static"`` would
+        # reuse a longer cache kept on the model from an earlier call, changing the attention sums' length).
+        kwargs[_CACHE] = StaticCache(config=policy.model.config, max_cache_len=width + max_new - 1)
+    out = policy.model.generate(input_ids=input_ids, attention_mask=attention, do_sample=True,
+                                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                                max_new_tokens=max_new, eos_token_id=chat.stop_ids,
+                                pad_token_id=policy.tokenizer.pad_token_id, output_scores=True,
+                                return_dict_in_generate=True, **kwargs)
+    new = out.sequences[:, width:]
+    logprobs = torch.log_softmax(torch.stack(out.scores, 1).float(), -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    replies = []
+    for row, ids in enumerate(new.tolist()):
+        cut = next((k + 1 for k, token in enumerate(ids) if token in chat.stop_ids), len(ids))
+        constraints = [table.intern(allowed(ids[:k])) for k in range(cut)] if valid_actions else [-1] * cut
+        replies.append((ids[:cut], logprobs[row, :cut].tolist(), constraints, cut < len(ids) or
+                        ids[cut - 1] in chat.stop_ids))
+    return replies
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+@pytest.mark.parametrize("sampling", [SamplingParams(1.0, 1.0, 0, 6), SamplingParams(0.7, 0.8, 20, 6)])
+def test_generate_replies_matches_the_plain_transformers_path_exactly(policy, constrained, sampling):
+    env = TextBanditEnv(turns=3, contextual=True)
+    # Replies of one and of several tokens, two sharing their first tokens: every kind of trie node is visited.
+    actions = ["```A```", "```B```", "Which door", "Which way", "The prize"] if constrained else None
+    lengths = [len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) for a in actions or []]
+    assert not constrained or (min(lengths) == 1 and max(lengths) > 2)
+    contexts = [policy.chat.open(env.instructions, f"Turn 1 of 3. The prize is behind door {d}. Which door?")
+                for d in "ABCDABCD"]
+    contexts[3] = contexts[3] + [40, 41, policy.chat.end_of_turn_id] + policy.chat.user_turn("Turn 2 of 3.")
+    for seed in range(3):
+        torch.manual_seed(seed)
+        old_table = ConstraintTable()
+        expected = _reference_generate_replies(policy, contexts, sampling, actions, old_table)
+        after_old = torch.rand(1)
+        torch.manual_seed(seed)
+        table = ConstraintTable()
+        replies = generate_replies(policy, contexts, sampling, actions, table)
+        assert torch.equal(torch.rand(1), after_old)  # the same random numbers were drawn
+        got = [(r.ids, r.logprobs, [table.sets[c] if c >= 0 else c for c in r.constraints], r.finished)
+               for r in replies]
+        want = [(ids, lp, [old_table.sets[c] if c >= 0 else c for c in cs], done) for ids, lp, cs, done in expected]
+        assert got == want  # bit for bit: tokens, log-probs, constraint sets, stop flags
+
+
+def test_the_preallocated_cache_samples_what_the_growing_cache_samples(policy):
+    contexts = [policy.chat.open("Pick a door.", f"The prize is behind door {d}. Which door?") for d in "ABCA"]
+    contexts[1] = contexts[1] + [40, 41, policy.chat.end_of_turn_id] + policy.chat.user_turn("Turn 2 of 3.")
+    sampling = SamplingParams(0.7, 0.8, 20, 8)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        growing = _reference_generate_replies(policy, contexts, sampling, cache="dynamic")
+        torch.manual_seed(seed)
+        replies = generate_replies(policy, contexts, sampling)
+        assert [r.ids for r in replies] == [ids for ids, *_ in growing]
+        for reply, (_, logprobs, _, _) in zip(replies, growing):
+            torch.testing.assert_close(torch.tensor(reply.logprobs), torch.tensor(logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch):
+    import erl_agents.rollout as rollout
+
+    def play(table):
+        torch.manual_seed(11)
+        envs = [TextBanditEnv(turns=3, contextual=bool(i % 2)) for i in range(6)]
+        episodes = run_episodes(policy, envs, [(i, None) for i in range(6)], list(range(6)),
+                                SamplingParams(1.0, 1.0, 0, 6), constrained=True, table=table,
+                                kv_reuse=False)  # each turn read from scratch, as the reference does (tests/agents/test_rollout_kv_reuse.py)
+        return [(t.tokens, t.mask, t.logprobs, [table.sets[c] if c >= 0 else c for c in t.constraints], t.reward)
+                for e in episodes for t in e.trajectories]
+
+    fast = play(ConstraintTable())
+
+    def reference(policy, contexts, sampling, valid_actions=None, table=None, prefixes=None):
+        assert prefixes is None
+        return [rollout.Reply(ids, lp, cs, done)
+                for ids, lp, cs, done in _reference_generate_replies(policy, contexts, sampling, valid_actions, table)]
+
+    monkeypatch.setattr(rollout, "generate_replies", reference)
+    assert play(ConstraintTable()) == fast

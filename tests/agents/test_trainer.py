@@ -1,0 +1,170 @@
+"""The training loop: resume, determinism, learning, held-out evaluation, token budgets, every env end to end."""
+
+import json
+
+import pytest
+
+from erl_agents.config import build_config
+from erl_agents.trainer import Trainer
+
+TIME_KEYS = ("time/", "lr")
+
+
+def _run_config(tmp_path, name, **overrides):
+    flags = dict(env="TextBandit-v0", env_kwargs={"turns": 1}, algo="rlvr", model="tiny", output=str(tmp_path / name),
+                 steps=4, tasks_per_step=2, n_rlvr=4, temperature=1.0, max_new_tokens=4, constrained_actions=True,
+                 lr=3e-3, kl_coef=0.0, eval_every=2, eval_tasks=3, eval_samples=2, checkpoint_every=2,
+                 tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=300, progress=False,
+                 save_final_model=False, threads=0)
+    flags.update(overrides)
+    return build_config(flags=flags)
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(TIME_KEYS)} for r in rows]
+
+
+def test_same_seed_gives_identical_metrics_and_resume_continues_exactly(tmp_path):
+    straight = _strip(Trainer(_run_config(tmp_path, "a", kl_coef=0.01)).train())
+    again = _strip(Trainer(_run_config(tmp_path, "b", kl_coef=0.01)).train())
+    assert straight == again
+    Trainer(_run_config(tmp_path, "c", kl_coef=0.01, steps=2)).train()
+    resumed = Trainer(_run_config(tmp_path, "c", kl_coef=0.01, steps=4, resume=True)).train()
+    assert _strip(resumed) == straight
+    lines = (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "c" / "curves.png").exists() and (tmp_path / "c" / "config.json").exists()
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Trainer(_run_config(tmp_path, "empty", resume=True))
+
+
+def test_tiny_model_learns_a_text_bandit_in_seconds(tmp_path):
+    config = _run_config(tmp_path, "learn", env_kwargs={"turns": 1, "prize": 2}, steps=12, tasks_per_step=4,
+                         n_rlvr=8, lr=1e-2, eval_every=12, eval_tasks=8, eval_samples=4, checkpoint_every=0,
+                         eval_temperature=1.0, eval_top_k=0, eval_top_p=1.0)
+    metrics = Trainer(config).train()
+    assert metrics[0]["eval/success"] < 0.6  # about 1 in 4 before training
+    assert metrics[-1]["eval/success"] >= 0.9
+    assert metrics[-1]["success/attempt1"] > metrics[1]["success/attempt1"]
+
+
+def test_evaluation_runs_on_envs_built_with_eval_env_kwargs(tmp_path):
+    # Training episodes last one turn, held-out ones three: the eval token count shows which envs evaluation used.
+    config = _run_config(tmp_path, "eval_envs", eval_env_kwargs={"turns": 3}, steps=1, eval_every=1)
+    trainer = Trainer(config)
+    assert [env.unwrapped.turns for env in trainer.envs] == [1] * 8
+    assert [env.unwrapped.turns for env in trainer.eval_envs] == [3] * 8
+    # Constrained replies are one action string and the end-of-turn token.
+    encode = trainer.policy.tokenizer
+    actions = trainer.envs[0].unwrapped.valid_actions
+    lengths = [len(encode(a, add_special_tokens=False)["input_ids"]) + 1 for a in actions]
+    assert 3 * min(lengths) > max(lengths)  # so three-turn and one-turn episodes cannot give the same count
+    for row in trainer.train():
+        assert 3 * min(lengths) <= row["eval/tokens"] / row["eval/episodes"] <= 3 * max(lengths)
+    plain = Trainer(_run_config(tmp_path, "plain", steps=1, eval_every=1))
+    assert plain.eval_envs is plain.envs
+
+
+ENVS = {
+    "ERL-FrozenLake-v0": {"size": [2, 3]},
+    "ERL-Sokoban-v0": {},
+    "ERL-HotpotQA-v0": {"data": "synthetic"},
+}
+
+
+@pytest.mark.parametrize("env", list(ENVS))
+@pytest.mark.parametrize("algo, extra", [
+    ("rlvr", {}),
+    ("erl", {"reflector": "policy", "distill": "reverse_kl"}),
+    ("erl", {"reflector": "rule", "no_memory": True}),
+])
+def test_rlvr_and_erl_steps_run_end_to_end_on_every_env(tmp_path, env, algo, extra):
+    config = build_config({"preset": "cpu-tiny", "env": env}, flags=dict(
+        env=env, env_kwargs=ENVS[env], algo=algo, output=str(tmp_path / "run"), steps=1, tasks_per_step=2,
+        n_rlvr=2, n_erl=2, max_new_tokens=8, reflect_max_new_tokens=8, eval_every=1, eval_tasks=2, eval_samples=1,
+        tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=400, progress=False,
+        max_seq_len=1536, time_limit_min=0.0, save_final_model=False, **extra))
+    metrics = Trainer(config).train()
+    row = metrics[-1]
+    assert row["step"] == 1 and row["count/attempt1"] == 4
+    assert row["skipped_updates"] == 0 and "eval/success" in row
+    if algo == "erl":
+        assert row["count/attempt2"] == row["count/attempt1"] - round(row["success/attempt1"] * 4)
+        if extra["reflector"] == "policy":
+            assert row["count/reflection"] == row["count/attempt2"]
+        else:
+            assert row["count/reflection"] == 0
+
+
+def test_no_reflection_ablation_runs(tmp_path):
+    config = _run_config(tmp_path, "ablation", env="ERL-FrozenLake-v0", env_kwargs={"size": 2}, algo="erl",
+                         no_reflection=True, reflector="policy", n_erl=2, steps=1, eval_every=0, max_new_tokens=4,
+                         tiny_vocab=400)
+    row = Trainer(config).train()[-1]
+    assert row["count/reflection"] == 0 and row["count/attempt1"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["rlvr", "erl"])
+def test_tiny_model_improves_on_small_frozen_lake(tmp_path, algo):
+    """A short, step-based version of benchmarks/learning/bench_learning.py: 80 cpu-tiny steps (~3 quiet CPU minutes) must
+    lift held-out first-attempt success well clear of a random policy (31-38% on sizes 2-4)."""
+    config = build_config({"preset": "cpu-tiny"}, flags=dict(
+        env="ERL-FrozenLake-v0", algo=algo, output=str(tmp_path / algo), steps=80, time_limit_min=0.0,
+        eval_every=20, eval_tasks=100, eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False))
+    metrics = Trainer(config).train()
+    evals = [m["eval/success"] for m in metrics if "eval/success" in m]
+    assert len(evals) == 5
+    assert max(evals[1:]) >= max(0.5, evals[0] + 0.1), evals
+
+
+def test_held_out_hotpotqa_questions_must_not_be_training_questions(tmp_path, hotpotqa_sample, capsys):
+    from erl_agents.train import main
+
+    train = str(hotpotqa_sample / "dev_distractor_sample_train.jsonl")
+    dev = str(hotpotqa_sample / "dev_distractor_sample_dev.jsonl")
+    base = ["--preset", "cpu-tiny", "--env", "ERL-HotpotQA-v0", "--output", str(tmp_path / "run"), "--steps", "1",
+            "--env-kwargs", json.dumps({"data": train, "mode": "distractor"}), "--no-progress"]
+    # No held-out data: evaluation would draw the training questions themselves.
+    assert main(base + ["--eval-env-kwargs", "{}"]) == 2
+    # The same file again, and a copy with other ids and re-spaced question text: both overlap.
+    copy = tmp_path / "copy.jsonl"
+    records = [json.loads(line) for line in open(train)][:20]
+    copy.write_text("".join(json.dumps(dict(r, id=f"other-{k}", question="  " + r["question"].upper())) + "\n"
+                            for k, r in enumerate(records)))
+    for data in (train, str(copy)):
+        assert main(base + ["--eval-env-kwargs", json.dumps({"data": data})]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and all(e.startswith("erl-train: error: ") for e in errors)
+    assert "training questions" in errors[0] and "20 of the 20 held-out questions" in errors[2]
+    assert "--allow-eval-overlap" in errors[1]
+    # A disjoint split is accepted; so is an overlap the user allows explicitly (with a warning).
+    flags = dict(preset="cpu-tiny", env="ERL-HotpotQA-v0", output=str(tmp_path / "ok"), progress=False,
+                 env_kwargs={"data": train, "mode": "distractor"})
+    from erl_agents.envs import make_env
+    from erl_agents.evaluate import eval_overlap_problem
+
+    assert eval_overlap_problem(make_env("ERL-HotpotQA-v0", {"data": train}),
+                                make_env("ERL-HotpotQA-v0", {"data": dev})) is None
+    Trainer(build_config(flags=dict(flags, eval_env_kwargs={"data": dev})))
+    with pytest.warns(RuntimeWarning, match="allow_eval_overlap"):
+        Trainer(build_config(flags=dict(flags, output=str(tmp_path / "allowed"), eval_env_kwargs={},
+                                        allow_eval_overlap=True)))
+
+
+def test_sampled_token_budget_stops_the_run_and_counts_across_resume(tmp_path):
+    full = Trainer(_run_config(tmp_path, "full", steps=3, eval_every=0, checkpoint_every=0)).train()
+    spent = [row["tokens/generated"] for row in full]
+    budget = spent[0] + spent[1] + 1  # crossed during step 3
+    stopped = Trainer(_run_config(tmp_path, "budget", steps=5, eval_every=0, max_sampled_tokens=budget)).train()
+    assert [row["step"] for row in stopped] == [1, 2, 3]
+    assert stopped[-1]["tokens/sampled_total"] == sum(spent[:3]) >= budget
+    # A resumed run counts the tokens its first part sampled.
+    Trainer(_run_config(tmp_path, "resumed", steps=2, eval_every=0, checkpoint_every=1)).train()
+    resumed = Trainer(_run_config(tmp_path, "resumed", steps=5, eval_every=0, max_sampled_tokens=budget,
+                                  resume=True)).train()
+    assert [row["step"] for row in resumed] == [1, 2, 3]
+    with pytest.raises(ValueError, match="max_sampled_tokens must be non-negative"):
+        _run_config(tmp_path, "bad", max_sampled_tokens=-1)
+
+

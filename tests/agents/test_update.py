@@ -1,0 +1,130 @@
+"""The update: gradients do not depend on micro-batching, env tokens never get gradient, and verl's mini-batch
+schedule (rollout order, blocks of ppo_mini_batch_size tasks x n rows) at the paper's batch shapes."""
+
+import pytest
+import torch
+
+from erl_agents.batch import assign_advantages
+from erl_agents.config import build_config
+from erl_agents.distributed import World
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
+from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, run_episodes
+from erl_agents.update import _micro_batch_loss, minibatch_plan, policy_update
+from text_bandit import TextBanditEnv
+
+
+def _bandit_policy(seed=0):
+    env = TextBanditEnv(turns=2, contextual=True)
+    corpus = [env.instructions] + env.valid_actions * 10 + [
+        f"Turn {t} of 2. The prize is behind door {d}. Which door?" for t in range(1, 3) for d in "ABCD"] * 3
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
+    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=seed), tokenizer)
+
+
+def _batch(policy, seed=0):
+    torch.manual_seed(seed)
+    envs = [TextBanditEnv(turns=2, contextual=True) for _ in range(8)]
+    tasks = [i // 4 for i in range(8)]
+    table = ConstraintTable()
+    episodes = run_episodes(policy, envs, [(t, None) for t in tasks], tasks, SamplingParams(1.0, 1.0, 0, 5),
+                            constrained=False, table=table)
+    trajectories = [t for e in episodes for t in e.trajectories]
+    for i, t in enumerate(trajectories):
+        t.reward = float(i % 3)  # varied rewards, so every group has non-zero advantages
+    return trajectories, table
+
+
+def _config(**overrides):
+    base = dict(algo="rlvr", temperature=1.0, kl_coef=0.0, lr=1e-2, max_grad_norm=1e9, output="unused")
+    base.update(overrides)
+    return build_config(flags=base)
+
+
+def _grads(policy, trajectories, table, config):
+    policy.model.zero_grad()
+    optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.0)  # lr 0: we only inspect the gradients
+    policy_update(policy.model, optimizer, None, trajectories, table, config, policy.tokenizer.pad_token_id)
+    return [p.grad.clone() for p in policy.model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batch_split_does_not_change_the_gradient(agg):
+    policy = _bandit_policy()
+    trajectories, table = _batch(policy)
+    assign_advantages(trajectories, _config())
+    whole = _grads(policy, trajectories, table, _config(micro_batch_size=64, loss_agg=agg))
+    split = _grads(policy, trajectories, table, _config(micro_batch_size=1, loss_agg=agg))
+    assert len(whole) == len(split) > 0
+    for a, b in zip(whole, split):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_env_tokens_never_receive_gradient():
+    policy = _bandit_policy()
+    trajectories, table = _batch(policy)
+    config = _config(kl_coef=0.0)
+    assign_advantages(trajectories, config)
+    t = trajectories[0]
+    base, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 10.0, 1.0, None)
+    # A trailing env turn changes nothing: env tokens are never prediction targets.
+    t.append(policy.chat.user_turn("Turn 3 of 2. Anything at all."), model=False)
+    longer, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 10.0, 1.0, None)
+    assert longer.item() == pytest.approx(base.item(), abs=1e-6)
+    # With every token marked as env, there is no loss and no gradient at all.
+    t.mask = [0] * len(t.mask)
+    t.advantage = 1.0
+    policy.model.zero_grad()
+    loss, _ = _micro_batch_loss(policy.model, None, [t], table, config, policy.tokenizer.pad_token_id, 1.0, 1.0, None)
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(p.grad is None or not p.grad.any() for p in policy.model.parameters())
+
+
+def _rows(roles_and_tasks, length=6, vocab=40, seed=0):
+    """Scripted trajectories of ``length`` tokens, the last two the model's: the update's cost, not the rollout's."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for k, (role, task) in enumerate(roles_and_tasks):
+        tokens = torch.randint(3, vocab, (length,), generator=g).tolist()
+        rows.append(Trajectory(role=role, task=task, episode=k, tokens=tokens, mask=[0] * (length - 2) + [1, 1],
+                               logprobs=[0.0] * (length - 2) + [-1.0, -1.0], constraints=[-1] * length,
+                               prompt_len=length - 2, system_prompt="", first_observation="",
+                               reward=float(k % 2)))
+    return rows
+
+
+def test_paper_schedule_rlvr_one_step_erl_several_at_paper_batch_shapes():
+    corpus = ["a b c d e f g h"] * 4
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=300)
+    policy = Policy(build_tiny_model(tokenizer, 16, 1, 2, 32, seed=0), tokenizer)
+    flags = dict(model="tiny", device="cpu", dtype="float32", output="unused", micro_batch_size=1024,
+                 gradient_checkpointing=False, kl_coef=0.0)
+    steps = {}
+    for algo in ("rlvr", "erl"):
+        config = build_config({"preset": "paper-qwen3-4b"}, flags=dict(flags, algo=algo))
+        assert (config.ppo_mini_batch_size, config.tasks_per_step, config.clip_ratio_c) == (64, 64, 3.0)
+        if algo == "rlvr":  # 64 tasks x 10 first attempts
+            layout = [("attempt1", task) for task in range(64) for _ in range(10)]
+        else:  # 64 tasks x 4 first attempts; 100 of them failed: + a reflection, a retry and a distilled copy each
+            layout = [("attempt1", task) for task in range(64) for _ in range(4)]
+            layout += [(role, k % 64) for k in range(100) for role in ("reflection", "attempt2")]
+            layout += [("distilled", k % 64) for k in range(100)]
+        rows = _rows(layout)
+        assign_advantages(rows, config)
+        plan = minibatch_plan(rows, config, World())
+        # verl's split: consecutive blocks of 64 tasks x n rows, in rollout order, no shuffle.
+        block = 64 * config.group_size
+        assert [len(p) for p in plan] == [min(block, len(rows) - i) for i in range(0, len(rows), block)]
+        assert [t for p in plan for t in p] == rows
+        optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-6)
+        stats = policy_update(policy.model, optimizer, None, rows, ConstraintTable(), config,
+                              tokenizer.pad_token_id)
+        steps[algo] = stats["optimizer_steps"]
+    assert steps == {"rlvr": 1, "erl": 3}  # 640 rows = 1 x 640; 556 rows = 256 + 256 + 44
+
+
+def test_mini_batch_schedule_and_minibatches_cannot_both_be_set():
+    with pytest.raises(ValueError, match="ppo_mini_batch_size"):
+        _config(ppo_mini_batch_size=8, minibatches=2)
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        _config(clip_ratio_c=1.0)

@@ -1,0 +1,191 @@
+"""The learning benchmarks' harness: compare.py's matched budget, tables, CSV and plots. The end-to-end --quick runs
+that train models are marked slow."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.learning import compare
+from paths import ROOT
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_runs():
+    """Two methods x two seeds on FrozenLake, with evaluations at steps 0 and 2."""
+    runs = []
+    for method, base in (("rlvr", 0.3), ("erl", 0.5)):
+        for seed in (0, 1):
+            metrics = [{"step": 0, "eval/success": 0.2, "eval/reward": 0.2, "time/training": 0.0, "time/elapsed": 0.0}]
+            metrics.append({"step": 1, "tokens/sampled_total": 50})
+            metrics.append({"step": 2, "tokens/sampled_total": 100, "eval/success": base + 0.1 * seed,
+                            "eval/reward": base + 0.1 * seed, "eval/solved_any": 0.9, "time/training": 30.0,
+                            "time/elapsed": 40.0})
+            runs.append({"env": "ERL-FrozenLake-v0", "method": method, "seed": seed, "budget_tokens": 100,
+                         "steps": 2, "sampled_tokens": 100, "seconds": 40.0, "reached_budget": True,
+                         "metrics": metrics})
+    return runs
+
+
+def _settings(**changes):
+    settings = json.loads(json.dumps(compare.DEFAULTS))
+    settings.update(envs=["ERL-FrozenLake-v0"], methods=["rlvr", "erl"], seeds=[0, 1], steps=2)
+    settings.update(changes)
+    return settings
+
+
+def test_eval_rows_carry_the_running_token_count():
+    rows = compare.eval_rows(_fake_runs())
+    assert len(rows) == 8  # 2 methods x 2 seeds x 2 evaluations
+    assert [r["sampled_tokens"] for r in rows[:2]] == [0, 100]
+    assert set(rows[0]) == set(compare.CSV_FIELDS)
+
+
+def test_results_files_are_well_formed(tmp_path):
+    files = compare.write_results(_fake_runs(), _settings(), tmp_path, "python benchmarks/learning/compare.py --test")
+    with open(files["csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 8 and tuple(rows[0]) == compare.CSV_FIELDS
+    table = files["table"].read_text()
+    # Mean +- sample std over the two seeds of the last evaluation. The tiny model is not the paper's protocol: no
+    # paper number beside it, and the table says what differs.
+    assert "| FrozenLake | 0.35 ± 0.07 (paper: other protocol) | 0.55 ± 0.07 (paper: other protocol) |" in table
+    assert "- FrozenLake: no paper number beside these runs; they differ in model 'tiny'" in table
+    assert "| task | RLVR | ERL |" in table
+    assert files["curves_FrozenLake"].read_bytes().startswith(PNG_MAGIC)
+
+
+def test_paper_numbers_stand_beside_runs_that_follow_the_papers_protocol(tmp_path):
+    settings = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    settings.update(envs=["ERL-FrozenLake-v0"], methods=["rlvr", "erl"], seeds=[0, 1], steps=2)
+    table = compare.write_results(_fake_runs(), settings, tmp_path, "test")["table"].read_text()
+    assert "| FrozenLake | 0.35 ± 0.07 (paper 0.86) | 0.55 ± 0.07 (paper 0.94) |" in table
+    assert "- FrozenLake: the paper's protocol" in table
+    settings["trainer"] = {**settings["trainer"], "ppo_mini_batch_size": 0, "eval_samples": 2}
+    table = compare.write_results(_fake_runs(), settings, tmp_path, "test")["table"].read_text()
+    assert "(paper 0.86)" not in table and "eval_samples 2 (paper 4); ppo_mini_batch_size 0 (paper 64)" in table
+
+
+def _hotpotqa_settings(train, held_out, **trainer):
+    return _settings(envs=["ERL-HotpotQA-v0"], methods=["rlvr"], seeds=[0], preset="cpu-tiny",
+                     trainer=dict(env_kwargs={"data": str(train), "mode": "distractor"},
+                                  eval_env_kwargs={"data": str(held_out)} if held_out else {}, **trainer))
+
+
+def test_hotpotqa_comparison_refuses_held_out_questions_that_are_training_questions(hotpotqa_sample, capsys):
+    train, dev = hotpotqa_sample / "dev_distractor_sample_train.jsonl", hotpotqa_sample / "dev_distractor_sample_dev.jsonl"
+    for held_out in (train, None):
+        with pytest.raises(ValueError, match="allow-eval-overlap"):
+            compare.check_settings(_hotpotqa_settings(train, held_out))
+    assert compare.check_settings(_hotpotqa_settings(train, dev)) == []
+    assert compare.check_settings(_hotpotqa_settings(train, train, allow_eval_overlap=True)) == []
+    # The command line: one error line, before anything runs.
+    with pytest.raises(SystemExit) as stop:
+        compare.main(["--quick", "--envs", "ERL-HotpotQA-v0", "--output", "unused", "--set",
+                      f"env_kwargs={{'data': '{train}'}}", f"eval_env_kwargs={{'data': '{train}'}}"])
+    assert stop.value.code == 2 and "300 of the 300 held-out questions" in capsys.readouterr().err
+    # The paper config does too, once its data is local (its hf: specs are checked by the trainer at load time).
+    paper = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    paper["env_trainer"]["ERL-HotpotQA-v0"].update(env_kwargs={"data": str(train), "protocol": "paper"},
+                                                   eval_env_kwargs={"data": str(train)})
+    with pytest.raises(ValueError, match="held-out questions are also training questions"):
+        compare.check_settings(paper)
+    paper["env_trainer"]["ERL-HotpotQA-v0"]["eval_env_kwargs"] = {"data": str(dev)}
+    assert compare.check_settings(paper) == []
+
+
+@pytest.mark.slow
+def test_quick_hotpotqa_comparison_on_a_disjoint_split_runs(tmp_path, hotpotqa_sample):
+    train, dev = hotpotqa_sample / "dev_distractor_sample_train.jsonl", hotpotqa_sample / "dev_distractor_sample_dev.jsonl"
+    assert compare.main(["--quick", "--envs", "ERL-HotpotQA-v0", "--methods", "rlvr", "--output", str(tmp_path),
+                         "--set", f"env_kwargs={{'data': '{train}', 'mode': 'distractor'}}",
+                         f"eval_env_kwargs={{'data': '{dev}'}}"]) == 0
+    assert "HotpotQA" in (tmp_path / "table.md").read_text()
+
+
+def test_one_seed_shows_the_value_without_std():
+    assert compare.mean_std([0.25]) == "0.25"
+    assert compare.mean_std([0.2, 0.4]) == "0.30 ± 0.14"
+    assert compare.mean_std([]) == "-"
+
+
+def test_a_matched_run_stops_on_the_trainers_own_token_budget():
+    """The budget is the trainer's max_sampled_tokens (tested in tests/agents/test_trainer.py: the step that reaches
+    it is the last, and the count survives a resume); the unmatched first run has none."""
+    settings = _settings()
+    assert compare.run_config(settings, "ERL-FrozenLake-v0", "erl", 0, Path("unused"), 100, 5000).max_sampled_tokens == 5000
+    assert compare.run_config(settings, "ERL-FrozenLake-v0", "rlvr", 0, Path("unused"), 100).max_sampled_tokens == 0
+
+
+def test_grid_runs_use_the_papers_action_format_and_prompts_under_any_preset():
+    for preset in ("cpu-tiny", "paper-qwen3-4b"):
+        settings = _settings(preset=preset)
+        for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
+            config = compare.run_config(settings, env, "erl", 0, Path("unused"), 5)
+            assert config.env_kwargs["action_format"] == "paper" and config.env_kwargs["prompts"] == "paper"
+    tiny = compare.run_config(_settings(), "ERL-FrozenLake-v0", "erl", 0, Path("unused"), 5)
+    assert tiny.env_kwargs["size"] == [2, 4]  # merged under the preset's own env_kwargs, not replacing them
+    hotpot = compare.run_config(_settings(), "ERL-HotpotQA-v0", "erl", 0, Path("unused"), 5)
+    assert "prompts" not in hotpot.env_kwargs
+
+
+def test_methods_pin_what_they_mean_whatever_the_preset():
+    settings = _settings(methods=list(compare.METHODS))
+    configs = {m: compare.run_config(settings, "ERL-FrozenLake-v0", m, 0, Path("unused"), 5) for m in compare.METHODS}
+    assert configs["rlvr"].algo == "rlvr"
+    assert configs["erl"].reflector == "policy"  # cpu-tiny's own default is the rule reflector
+    assert configs["erl_rule"].reflector == "rule"
+    assert configs["erl_no_memory"].no_memory and not configs["erl"].no_memory
+    assert configs["erl_no_reflection"].no_reflection
+    assert all(c.time_limit_min == 0 for c in configs.values())  # a wall-clock stop would break the matched budget
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="unknown envs"):
+        compare.check_settings(_settings(envs=["CartPole-v1"]))
+    with pytest.raises(ValueError, match="match must be"):
+        compare.check_settings(_settings(match="flops"))
+    with pytest.raises(ValueError, match="unknown config keys"):
+        compare.check_settings(_settings(trainer={"learning_rate": 1.0}))
+
+
+def test_comparison_config_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("presets: cpu-tiny\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        compare.load_settings(str(bad))
+    with pytest.raises(ValueError, match="must end in"):
+        compare.load_settings(str(tmp_path / "x.toml"))
+
+
+def test_paper_gpu_config_is_the_papers_setting():
+    settings = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    compare.check_settings(settings)
+    rlvr = compare.run_config(settings, "ERL-Sokoban-v0", "rlvr", 0, Path("unused"), settings["steps"])
+    erl = compare.run_config(settings, "ERL-Sokoban-v0", "erl", 0, Path("unused"), settings["steps"])
+    assert rlvr.model == "Qwen/Qwen3-4B-Instruct-2507" and rlvr.device == "cuda"
+    assert (rlvr.group_size, erl.group_size) == (10, 4)  # the paper's compute parity
+    assert (rlvr.lr, rlvr.clip_low, rlvr.clip_high, rlvr.kl_coef, rlvr.tasks_per_step) == (1e-6, 0.2, 0.28, 1e-3, 64)
+    assert rlvr.loss_agg == "seq-mean-token-sum" and rlvr.temperature == 0.7
+    assert settings["match"] == "steps" and set(settings["envs"]) == set(compare.ENVS)
+
+
+@pytest.mark.slow
+def test_quick_comparison_end_to_end(tmp_path, capsys):
+    assert compare.main(["--quick", "--output", str(tmp_path)]) == 0
+    with open(tmp_path / "evals.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["method"] for r in rows} == set(compare.METHODS)
+    assert all(0.0 <= float(r["eval_reward"]) <= 1.0 for r in rows)
+    budget = int(rows[0]["budget_tokens"])
+    finals = compare._final([dict(r, seed=int(r["seed"])) for r in rows])
+    assert budget > 0 and all(int(r["sampled_tokens"]) >= budget for r in finals.values())
+    table = (tmp_path / "table.md").read_text()
+    assert all(label in table for label in compare.LABELS.values())
+    assert (tmp_path / "curves_FrozenLake.png").read_bytes().startswith(PNG_MAGIC)
+    # A repeated command reuses the finished runs instead of training again.
+    capsys.readouterr()
+    assert compare.main(["--quick", "--output", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("reusing") == len(compare.METHODS)

@@ -1,0 +1,274 @@
+"""Loading questions and corpora from every supported source, the synthetic generator, and clear data errors."""
+
+import json
+from collections import Counter
+
+import pandas as pd
+import pytest
+
+from erl_envs.qa.data import (
+    DataError,
+    Passage,
+    Question,
+    corpus_from_questions,
+    generate_synthetic,
+    load_corpus,
+    load_questions,
+    question_from_record,
+)
+from erl_envs.qa.scoring import normalize_answer
+
+HF_RECORD = {
+    "id": "q1",
+    "question": "Which city hosts the Osk Works?",
+    "answer": "Dulind",
+    "type": "bridge",
+    "level": "easy",
+    "supporting_facts": {"title": ["Osk Works", "Dulind"], "sent_id": [0, 1]},
+    "context": {"title": ["Osk Works", "Dulind"],
+                "sentences": [["Osk Works is a company.", " It is in Dulind."], ["Dulind is a city.", " On a river."]]},
+}
+OFFICIAL_RECORD = {
+    "_id": "q2",
+    "question": "Is Dulind a city?",
+    "answer": "yes",
+    "supporting_facts": [["Dulind", 0]],
+    "context": [["Dulind", ["Dulind is a city.", " On a river."]], ["Osk Works", ["A company."]]],
+}
+
+
+def write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+
+def test_hf_and_official_layouts_give_the_same_fields():
+    hf = question_from_record(HF_RECORD)
+    assert hf.id == "q1" and hf.answers == ("Dulind",) and hf.type == "bridge"
+    assert hf.supporting_facts == (("Osk Works", 0), ("Dulind", 1))
+    assert hf.supporting_titles == ("Osk Works", "Dulind")
+    assert hf.paragraphs[0] == Passage("Osk Works", "Osk Works", "Osk Works is a company. It is in Dulind.")
+    official = question_from_record(OFFICIAL_RECORD)
+    assert official.id == "q2" and official.supporting_facts == (("Dulind", 0),)
+    assert [p.title for p in official.paragraphs] == ["Dulind", "Osk Works"]
+
+
+def test_question_only_records_and_answer_aliases():
+    paper = question_from_record({"question": "Q?", "ground_truth": "A", "data_source": "hotpotqa"}, 7, "val")
+    assert paper.id == "val-7" and paper.answers == ("A",) and paper.paragraphs == () and paper.supporting_facts == ()
+    assert question_from_record({"question": "Q?", "golden_answers": ["x", "y"]}).answers == ("x", "y")
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"answer": "x"}, "no 'question' text"),
+        ({"question": "  ", "answer": "x"}, "no 'question' text"),
+        ({"question": "Q?"}, "no gold answer"),
+        ({"question": "Q?", "answer": ""}, "no gold answer"),
+        ({"question": "Q?", "answer": "x", "context": [["only a title"]]}, "must be [title, sentences]"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", 0, 9]]}, "field 'supporting_facts'"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", "zero"]]}, "whole number >= 0, got 'zero'"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": {"title": ["t"], "sent_id": [-1]}}, "whole number"),
+        ({"question": "Q?", "answer": "x", "supporting_facts": [["t", 1.5]]}, "field 'supporting_facts'"),
+        ({"question": "Q?", "answer": "x", "context": {"title": ["a", "b", "c"], "sentences": [["s"], ["t"]]}},
+         "3 titles but 2 sentence lists"),
+        ("not a dict", "expected an object"),
+    ],
+)
+def test_bad_records_name_the_record_and_problem(record, message):
+    with pytest.raises(DataError, match="record 3") as err:
+        question_from_record(record, 3, "mine.jsonl")
+    assert message in str(err.value) and "mine.jsonl" in str(err.value)
+
+
+def test_numeric_answers_load_as_strings(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    assert question_from_record({"question": "Q?", "answer": 1999}).answers == ("1999",)
+    assert question_from_record({"question": "Q?", "answers": [3, 4.0, "x"]}).answers == ("3", "4", "x")
+    path = tmp_path / "numbers.parquet"
+    pd.DataFrame({"question": ["When?", "How many?"], "answer": np.array([1999, 7], dtype=np.int64)}).to_parquet(path)
+    assert [q.answers for q in load_questions(str(path))] == [("1999",), ("7",)]
+    facts = {"title": np.array(["t"]), "sent_id": np.array([2], dtype=np.int64)}
+    assert question_from_record({"question": "Q?", "answer": "a", "supporting_facts": facts}).supporting_facts == (
+        ("t", 2),)
+
+
+# ------------------------------------------------------------------------------------------------ sources
+
+
+def test_every_file_kind_loads(tmp_path):
+    as_jsonl = load_questions(write_jsonl(tmp_path / "d.jsonl", [HF_RECORD, OFFICIAL_RECORD]))
+    (tmp_path / "d.json").write_text(json.dumps([HF_RECORD, OFFICIAL_RECORD]))
+    as_json = load_questions(tmp_path / "d.json")
+    pd.DataFrame([HF_RECORD]).to_parquet(tmp_path / "d.parquet")
+    as_parquet = load_questions(str(tmp_path / "d.parquet"))
+    assert as_jsonl == as_json
+    assert as_parquet[0] == as_jsonl[0]  # nested lists survive the numpy arrays parquet hands back
+    assert load_questions(tmp_path / "d.jsonl", limit=1) == as_jsonl[:1]
+
+
+def test_list_of_dicts_and_datasets_objects():
+    import datasets
+
+    assert load_questions([HF_RECORD])[0].id == "q1"
+    ds = datasets.Dataset.from_list([HF_RECORD, HF_RECORD | {"id": "q3"}])
+    assert [q.id for q in load_questions(ds)] == ["q1", "q3"]
+    dd = datasets.DatasetDict({"train": ds, "validation": ds.select([1])})
+    assert [q.id for q in load_questions(dd, split="validation")] == ["q3"]
+    with pytest.raises(DataError, match="has splits"):
+        load_questions(dd)
+
+
+def test_hf_spec_loads_a_local_dataset_folder(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    folder = tmp_path / "hotpot_local"
+    folder.mkdir()
+    write_jsonl(folder / "validation.jsonl", [HF_RECORD, HF_RECORD | {"id": "q9"}])
+    questions = load_questions(f"hf:{folder}::validation")
+    assert [q.id for q in questions] == ["q1", "q9"]
+    assert questions[0].paragraphs[1].title == "Dulind"
+    with pytest.raises(DataError, match="load_dataset"):
+        load_questions(f"hf:{tmp_path / 'missing_folder'}::validation")
+    with pytest.raises(DataError, match="bad datasets spec"):
+        load_questions("hf:")
+
+
+def test_no_data_or_unknown_data_names_the_options(tmp_path):
+    for data in (None, "synthtic", 42):
+        with pytest.raises(DataError, match="synthetic") as err:
+            load_questions(data)
+        assert "hf:hotpotqa/hotpot_qa" in str(err.value) and "corpus=" in str(err.value)
+
+
+def test_missing_and_corrupt_files_raise_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such data file"):
+        load_questions(tmp_path / "absent.jsonl")
+    bad_line = tmp_path / "bad.jsonl"
+    bad_line.write_text(json.dumps(HF_RECORD) + "\n{broken json\n")
+    with pytest.raises(DataError, match="bad.jsonl, line 2: not valid JSON"):
+        load_questions(bad_line)
+    (tmp_path / "bad.json").write_text("[{")
+    with pytest.raises(DataError, match="not valid JSON"):
+        load_questions(tmp_path / "bad.json")
+    (tmp_path / "obj.json").write_text('{"question": "Q?"}')
+    with pytest.raises(DataError, match="expected a JSON list"):
+        load_questions(tmp_path / "obj.json")
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(DataError, match="not a readable parquet file"):
+        load_questions(tmp_path / "bad.parquet")
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"question": "caf\xe9"}\n')
+    with pytest.raises(DataError, match="not UTF-8"):
+        load_questions(tmp_path / "latin1.jsonl")
+    (tmp_path / "d.csv").write_text("question,answer\n")
+    with pytest.raises(DataError, match="unsupported file type '.csv'"):
+        load_questions(tmp_path / "d.csv")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(DataError, match="holds no questions"):
+        load_questions(tmp_path / "empty.jsonl")
+
+
+def test_shared_real_sample_loads(hotpotqa_sample):
+    questions = load_questions(hotpotqa_sample / "dev_distractor_sample_dev.jsonl")
+    assert len(questions) == 300
+    assert all(len(q.paragraphs) >= 2 and q.supporting_facts for q in questions)
+    assert sum(len(q.paragraphs) == 10 for q in questions) > 290  # a few real questions have fewer paragraphs
+    assert all(set(q.supporting_titles) <= {p.title for p in q.paragraphs} for q in questions)
+    assert Counter(q.type for q in questions).keys() == {"bridge", "comparison"}
+    both = questions + load_questions(hotpotqa_sample / "dev_distractor_sample_train.jsonl")
+    assert len(corpus_from_questions(both)) == 5912  # the README's count of unique passages
+
+
+def test_paper_eval_split_has_questions_without_passages(paper_tasks):
+    questions = load_questions(paper_tasks / "hotpotqa_val_first1024.parquet")
+    assert len(questions) == 1024
+    assert questions[0].answer == "yes" and questions[0].paragraphs == ()
+
+
+# ------------------------------------------------------------------------------------------------ corpora
+
+
+def test_corpus_files_and_forms(tmp_path):
+    path = write_jsonl(tmp_path / "wiki.jsonl", [
+        {"id": "1", "title": "Dulind", "text": "A city."},
+        {"id": 7, "contents": '"Osk Works"\nA company in Dulind.'},
+        {"title": "No id", "text": "Gets its position."},
+    ])
+    passages = load_corpus(path)
+    assert passages == [Passage("1", "Dulind", "A city."), Passage("7", "Osk Works", "A company in Dulind."),
+                        Passage("2", "No id", "Gets its position.")]
+    assert load_corpus([{"title": "T", "text": "x"}]) == [Passage("0", "T", "x")]
+    assert load_corpus([Passage("a", "b", "c")]) == [Passage("a", "b", "c")]
+
+
+def test_bad_corpora_raise_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_corpus(tmp_path / "absent.jsonl")
+    path = write_jsonl(tmp_path / "c.jsonl", [{"id": "1", "title": "T"}])
+    with pytest.raises(DataError, match="passage 0: no 'text'"):
+        load_corpus(path)
+    with pytest.raises(DataError, match="holds no passages"):
+        load_corpus([])
+    with pytest.raises(DataError, match="unsupported corpus"):
+        load_corpus(3.5)
+    with pytest.raises(DataError, match="expected an object"):
+        load_corpus(["just a string"])
+
+
+def test_corpus_from_questions_deduplicates_by_title():
+    questions = load_questions([HF_RECORD, OFFICIAL_RECORD])
+    titles = [p.title for p in corpus_from_questions(questions)]
+    assert titles == ["Osk Works", "Dulind"]
+
+
+# ------------------------------------------------------------------------------------------------ synthetic
+
+
+def test_synthetic_is_deterministic_and_seeded():
+    assert generate_synthetic(30, seed=4) == generate_synthetic(30, seed=4)
+    assert generate_synthetic(30, seed=4) != generate_synthetic(30, seed=5)
+    assert load_questions("synthetic", num_questions=12, seed=4) == generate_synthetic(12, seed=4)
+
+
+def test_synthetic_questions_are_answerable_from_their_supporting_facts():
+    questions = generate_synthetic(300, seed=0)
+    assert len({q.id for q in questions}) == 300
+    assert Counter(q.type for q in questions).keys() == {"bridge", "comparison"}
+    yes_no = Counter(q.answer for q in questions if q.answer in ("yes", "no"))
+    assert yes_no["yes"] > 10 and yes_no["no"] > 10
+    for q in questions:
+        assert len(q.paragraphs) == 10 and len({p.title for p in q.paragraphs}) == 10
+        by_title = {p.title: p for p in q.paragraphs}
+        assert set(q.supporting_titles) <= by_title.keys() and len(q.supporting_titles) == 2
+        for title, sent in q.supporting_facts:
+            assert 0 <= sent < 3
+        if q.answer not in ("yes", "no"):
+            # the answer is written in one of the gold passages (a bridge's second hop, or a compared title)
+            gold_text = " ".join(f"{t} {by_title[t].text}" for t in q.supporting_titles)
+            assert normalize_answer(q.answer) in normalize_answer(gold_text), q
+
+
+def test_synthetic_bridge_needs_two_hops():
+    for q in generate_synthetic(100, seed=1):
+        if q.question.startswith("In which city was the founder of"):
+            company, person = (next(p for p in q.paragraphs if p.title == t) for t in q.supporting_titles)
+            assert person.title in company.text and q.answer in person.text and q.answer not in company.text
+            break
+    else:
+        pytest.fail("no founder-birthplace bridge question generated")
+
+
+def test_synthetic_argument_checks():
+    with pytest.raises(ValueError, match="num_questions"):
+        generate_synthetic(0)
+    with pytest.raises(ValueError, match="num_paragraphs"):
+        generate_synthetic(5, num_paragraphs=1)
+    assert all(len(q.paragraphs) == 4 for q in generate_synthetic(5, num_paragraphs=4))
+    assert isinstance(generate_synthetic(1)[0], Question)

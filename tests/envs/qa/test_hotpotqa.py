@@ -1,0 +1,396 @@
+"""ERL-HotpotQA-v0: Gymnasium API, every action form, rewards, modes, data sources, bad input, caching, vector envs."""
+
+import gc
+import importlib.util
+import json
+import weakref
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import erl_envs  # noqa: F401  (registers the envs)
+from erl_envs import protocol
+from erl_envs.qa import prompts as qa_prompts
+from erl_envs.qa.hotpotqa import MAX_REPLY_CHARS, HotpotQAEnv
+from erl_envs.qa.data import DataError
+from erl_envs.qa.search import BM25Index
+from paths import ROOT
+
+EXAMPLE = ROOT / "examples" / "hotpotqa_scripted_agent.py"
+
+QUESTIONS = [
+    {"id": "q-yes", "question": "Were Osk Works and Bel Press founded in the same city?", "answer": "yes",
+     "supporting_facts": {"title": ["Osk Works", "Bel Press"], "sent_id": [1, 1]},
+     "context": {"title": ["Osk Works", "Bel Press", "Dulind", "Zürich Café"],
+                 "sentences": [["Osk Works is a toy company.", " It was founded in Dulind."],
+                               ["Bel Press is a publisher.", " It was founded in Dulind."],
+                               ["Dulind is a city on the Marn River."],
+                               ["Zürich Café is a café in Dulind, loved by 東京 tourists."]]}},
+    {"id": "q-river", "question": "Which river flows through the city where Osk Works was founded?",
+     "answer": "Marn River",
+     "supporting_facts": {"title": ["Osk Works", "Dulind"], "sent_id": [1, 0]},
+     "context": {"title": ["Osk Works", "Dulind", "Bel Press"],
+                 "sentences": [["Osk Works is a toy company.", " It was founded in Dulind."],
+                               ["Dulind is a city on the Marn River."],
+                               ["Bel Press is a publisher.", " It was founded in Dulind."]]}},
+]
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERL_GYM_CACHE", str(tmp_path / "cache"))
+
+
+def make(**kwargs):
+    kwargs.setdefault("data", QUESTIONS)
+    return gym.make("ERL-HotpotQA-v0", **kwargs)
+
+
+def play(env, replies, **reset_kwargs):
+    """Reset and send replies until the episode ends; returns every step's (obs, reward, term, trunc, info)."""
+    obs, info = env.reset(**reset_kwargs)
+    steps = [(obs, 0.0, False, False, info)]
+    for reply in replies:
+        steps.append(env.step(reply))
+        assert env.observation_space.contains(steps[-1][0]), steps[-1][0]
+        if steps[-1][2] or steps[-1][3]:
+            break
+    return steps
+
+
+# ------------------------------------------------------------------------------------------------ API
+
+
+def test_synthetic_env_passes_check_env():
+    env = gym.make("ERL-HotpotQA-v0", data="synthetic", num_questions=40)
+    check_env(env.unwrapped, skip_render_check=False)
+    assert env.unwrapped.instructions == qa_prompts.QA_INSTRUCTIONS
+    assert protocol.prompt_style_of(env) == "qa"
+
+
+def test_make_without_data_fails_with_the_options():
+    with pytest.raises(DataError) as err:
+        gym.make("ERL-HotpotQA-v0")
+    for option in ("synthetic", ".jsonl", "hf:hotpotqa/hotpot_qa", "datasets.Dataset", "corpus="):
+        assert option in str(err.value)
+
+
+def test_reset_is_deterministic_and_options_pick_the_question():
+    env = gym.make("ERL-HotpotQA-v0", data="synthetic", num_questions=50)
+    first = env.reset(seed=11)
+    assert env.reset(seed=11) == first
+    obs, info = env.reset(options={"index": 3})
+    assert info["task_id"] == env.unwrapped.questions[3].id and info["task_text"] in obs
+    assert env.reset(options={"task_id": info["task_id"]})[1]["task_id"] == info["task_id"]
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"question": 1})
+    with pytest.raises(ValueError, match="out of range"):
+        env.reset(options={"index": 50})
+    with pytest.raises(ValueError, match="no question with task_id"):
+        env.reset(options={"task_id": "nope"})
+
+
+# ------------------------------------------------------------------------------------------------ episodes
+
+
+def test_search_then_correct_answer():
+    env = make()
+    steps = play(env, ["<search>Osk Works founded city</search>", "It is \\boxed{the Marn River}"],
+                 options={"index": 1})
+    obs, reward, terminated, truncated, info = steps[1]
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert obs.startswith('Search results for "Osk Works founded city":\n[1] Osk Works (score ')
+    assert "4 turns left" in obs
+    assert info["action"] == "search" and info["took_effect"] and info["num_searches"] == 1
+    assert [r["rank"] for r in info["results"]] == list(range(1, len(info["results"]) + 1))
+    assert info["results"][0]["title"] == "Osk Works" and info["results"][0]["score"] > 0
+    assert info["retrieved_titles"][0] == "Osk Works" and info["feedback"].startswith('searched "Osk Works')
+    obs, reward, terminated, truncated, info = steps[2]
+    assert (reward, terminated, truncated) == (1.0, True, False)
+    assert info["em"] and info["success"] and info["f1"] == 1.0 and info["answer"] == "the Marn River"
+    assert info["episode_feedback"].startswith("answered correctly") and "Episode over" in obs
+    assert info["retrieval_recall"] == 1.0 and info["gold_retrieved"] and info["gold_answers"] == ["Marn River"]
+
+
+def test_reward_partial_wrong_yes_no_and_never_answered():
+    env = make()
+    partial = play(env, ["\\boxed{Marn}"], options={"index": 1})[-1]  # F1 = 2/3 with "marn river"
+    assert partial[1] == pytest.approx(2 / 3) and not partial[4]["success"]
+    assert partial[4]["episode_feedback"].startswith("answered partially correctly")
+    wrong = play(env, ["<answer>Dulind</answer>"], options={"index": 1})[-1]
+    assert wrong[1] == 0.0 and wrong[4]["episode_feedback"].startswith("answered wrong")
+    yes_no = play(env, ["\\boxed{no}"], options={"index": 0})[-1]
+    assert yes_no[1] == 0.0 and yes_no[2]
+    assert play(env, ["\\boxed{Yes}"], options={"index": 0})[-1][1] == 1.0
+    never = play(env, ["I think it is Dulind."], options={"index": 1})[-1]
+    assert never[1] == 0.0 and never[2] and never[4]["answer"] is None
+    assert never[4]["episode_feedback"].startswith("never answered")
+
+
+def test_running_out_of_turns_truncates_with_zero_reward():
+    env = make(max_turns=3)
+    steps = play(env, ["<search>Osk</search>", "<search>Dulind</search>", '{"name": "search", "arguments": '
+                       '{"query": "river"}}', "\\boxed{Marn River}"], options={"index": 1})
+    assert len(steps) == 4  # the fourth reply is never sent
+    assert "last turn" in steps[2][0]
+    obs, reward, terminated, truncated, info = steps[3]
+    assert (reward, terminated, truncated) == (0.0, False, True)
+    assert info["episode_feedback"].startswith("ran out of turns") and not info["success"]
+    assert info["num_searches"] == 3 and "Episode over" in obs
+    with pytest.raises(gym.error.ResetNeeded, match="call reset"):  # the same error as the grid envs
+        env.step("\\boxed{too late}")
+
+
+def test_json_tool_call_top_k_is_used_and_capped():
+    env = make(data="synthetic", num_questions=30, max_top_k=7)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step('{"name": "search", "arguments": {"query": "company founded", "top_k": 2}}')
+    assert len(info["results"]) == 2
+    _, _, _, _, info = env.step('<tool_call>{"name": "search", "arguments": {"query": "company", "top_k": 99}}'
+                                "</tool_call>")
+    assert len(info["results"]) == 7
+    _, _, _, _, info = env.step("<search>company film band city</search>")
+    assert len(info["results"]) == 5  # the default k
+
+
+def test_malformed_calls_use_a_turn_without_effect():
+    env = make()
+    env.reset(options={"index": 0})
+    for reply, reason in [('<tool_call>{"name": "search", "arguments": {"query": </tool_call>', "not valid JSON"),
+                          ("<search></search>", "empty"),
+                          ('{"name": "browse", "arguments": {"query": "x"}}', "unknown tool")]:
+        obs, reward, terminated, truncated, info = env.step(reply)
+        assert obs.startswith("Your tool call could not be read") and reason in obs
+        assert not info["took_effect"] and info["action"] == "invalid" and reward == 0.0
+    assert info["turn"] == 3 and info["num_searches"] == 0
+    with pytest.raises(TypeError, match="reply as a str"):
+        env.step(42)
+
+
+def test_unicode_huge_and_foreign_queries_stay_inside_the_observation_space():
+    env = make()
+    space = env.observation_space
+    steps = play(env, ["<search>Zürich Café 東京</search>", "<search>" + "Dulind " * 9_000 + "</search>",
+                       "<search>🦜🦜 parrot ☃ Dulind</search>", "\\boxed{" + "🦜" * 5000 + "}"],
+                 options={"index": 0})
+    assert steps[1][4]["results"][0]["title"] == "Zürich Café"
+    assert len(steps[2][0]) <= space.max_length and steps[2][4]["num_searches"] == 2
+    assert "🦜" not in steps[3][0] and "Dulind" in steps[3][0]  # characters outside the charset are dropped
+    assert "🦜" not in steps[4][0] and steps[4][2]
+    assert all(space.contains(s[0]) for s in steps)
+
+
+def test_only_the_last_max_reply_chars_of_a_reply_are_read_so_a_flood_costs_little():
+    import time
+
+    env = make()
+    env.reset(options={"index": 0})
+    flood = "\\boxed{" + "x " * 5_000_000 + "}"  # 10 MB: its box opens before the part that is read
+    started = time.perf_counter()
+    obs, reward, terminated, _, info = env.step(flood)
+    assert time.perf_counter() - started < 0.5  # uncapped, scoring the 10 MB answer took seconds
+    assert terminated and info["answer"] is None and reward == 0.0
+    env.reset(options={"index": 1})
+    early = "<search>Dulind</search>" + "x" * MAX_REPLY_CHARS + "\\boxed{Marn River}"  # the call is not read
+    _, reward, terminated, _, info = env.step(early)
+    assert terminated and info["action"] == "answer" and info["answer"] == "Marn River"
+    env = make(max_reply_chars=50)
+    env.reset(options={"index": 0})
+    assert env.step(" " * 100 + "<search>Dulind</search>")[4]["action"] == "search"
+
+
+def test_every_tool_call_of_a_reply_runs_and_local_search_is_accepted():
+    env = make()
+    env.reset(options={"index": 0})
+    reply = ('<tool_call>{"name": "local_search", "arguments": {"query": "Osk Works"}}</tool_call>\n'
+             '<tool_call>{"name": "search", "arguments": {"query": "Dulind"}}</tool_call>'
+             '<tool_call>{"name": "browse", "arguments": {}}</tool_call>')
+    obs, _, _, _, info = env.step(reply)
+    assert info["num_searches"] == 2 and info["num_calls"] == 3 and info["turn"] == 1 and info["took_effect"]
+    first, second = obs.index('Search results for "Osk Works"'), obs.index('Search results for "Dulind"')
+    assert first < second < obs.index("Your tool call could not be read: unknown tool 'browse'")
+    assert len(obs) <= env.observation_space.max_length
+
+
+def test_paper_protocol_shows_five_passages_cut_at_300_characters():
+    long_text = " ".join(["word"] * 500)
+    data = [{"question": "Q about words?", "answer": "x",
+             "context": [[f"Long {i}", [long_text + f" w{i}"]] for i in range(8)] + [["Other", ["zzz"]]]}]
+    env = make(data=data, protocol="paper")
+    assert (env.unwrapped.top_k, env.unwrapped.max_top_k, env.unwrapped.max_passage_chars) == (5, 5, 300)
+    obs, _, _, _, info = play(env, ['{"name": "search", "arguments": {"query": "word", "top_k": 10}}'])[-1]
+    assert len(info["results"]) == 5
+    passage_line = obs.split("\n")[2]
+    assert passage_line.endswith(" ...") and len(passage_line) <= 304
+    assert make(data=data).unwrapped.max_top_k == 10  # the extended protocol: up to 10, cut at 600
+    with pytest.raises(ValueError, match="protocol"):
+        make(protocol="verl")
+
+
+def test_scoring_and_answer_extraction_switches():
+    data = [{"question": "How much?", "answer": "$10.5 million"}]
+    env = make(data=data, mode="open", corpus=[{"id": "p", "title": "T", "text": "ten million"}])
+    env.reset(options={"index": 0})
+    assert env.step("\\boxed{10.5 million}")[1] == 1.0  # official scoring: ASCII punctuation is dropped
+    env = make(data=data, mode="open", corpus=[{"id": "p", "title": "T", "text": "t"}], answer_extraction="paper")
+    env.reset(options={"index": 0})
+    assert env.step("It is \\boxed{10.5 million} or \\boxed{other}")[4]["answer"] == "10.5 million"
+    with pytest.raises(ValueError, match="scoring"):
+        make(scoring="fancy")
+
+
+def test_long_passages_are_cut_and_still_fit():
+    long_text = " ".join(["word"] * 5000)
+    env = make(data=[{"question": "Q about the long one?", "answer": "x",
+                      "context": [["Long", [long_text]], ["Short", ["tiny"]], ["Other", ["word"]]]}],
+               max_passage_chars=100)
+    obs = play(env, ['{"name": "search", "arguments": {"query": "word", "top_k": 10}}'])[-1][0]
+    passage_line = obs.split("\n")[2]
+    assert passage_line.endswith(" ...") and len(passage_line) <= 104
+    assert len(obs) <= env.observation_space.max_length
+
+
+def test_render_modes():
+    env = make(render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    assert env.render() == obs
+    with pytest.raises(ValueError, match="render_mode"):
+        HotpotQAEnv(data=QUESTIONS, render_mode="rgb_array")
+
+
+# ------------------------------------------------------------------------------------------------ modes and data
+
+
+def test_distractor_mode_searches_only_the_questions_paragraphs():
+    env = make(data="synthetic", num_questions=40, mode="distractor")
+    for index in range(5):
+        obs, info = env.reset(options={"index": index})
+        question = env.unwrapped.questions[index]
+        _, _, _, _, info = env.step('{"name": "search", "arguments": {"query": "the company film city band '
+                                    'river born founded", "top_k": 10}}')
+        assert set(info["retrieved_titles"]) <= {p.title for p in question.paragraphs}
+
+
+def test_open_mode_searches_the_whole_corpus():
+    env = make(data="synthetic", num_questions=40)
+    corpus_titles = {p.title for p in env.unwrapped._source.passages}
+    env.reset(options={"index": 0})
+    _, _, _, _, info = env.step('{"name": "search", "arguments": {"query": "company founded", "top_k": 10}}')
+    own = {p.title for p in env.unwrapped.questions[0].paragraphs}
+    assert set(info["retrieved_titles"]) <= corpus_titles and not set(info["retrieved_titles"]) <= own
+
+
+def test_mode_argument_errors():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        make(mode="closed")
+    with pytest.raises(ValueError, match="only used in open mode"):
+        make(mode="distractor", corpus=[{"title": "t", "text": "x"}])
+    no_passages = [{"question": "Q?", "answer": "A"}]
+    with pytest.raises(DataError, match="pass corpus="):
+        make(data=no_passages)
+    with pytest.raises(DataError, match="distractor mode needs each question's own paragraphs"):
+        make(data=no_passages, mode="distractor")
+    with pytest.raises(ValueError, match="top_k=6 is above max_top_k=5"):
+        make(top_k=6, max_top_k=5)
+    with pytest.raises(ValueError, match="max_turns must be a positive int"):
+        make(max_turns=0)
+
+
+def test_questions_without_passages_work_against_a_corpus_file(tmp_path):
+    corpus = tmp_path / "wiki.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"id": "w1", "title": "Dulind", "text": "Dulind is a city on the Marn River."},
+        {"id": "w2", "title": "Osk Works", "text": "Osk Works is a toy company founded in Dulind."},
+        {"id": "w3", "title": "Bel Press", "text": "A publisher."}]))
+    questions = [{"question": "Which river flows through Dulind?", "ground_truth": "Marn River"}]
+    env = make(data=questions, corpus=corpus)
+    steps = play(env, ["<search>Dulind river</search>", "\\boxed{Marn River}"])
+    assert steps[1][4]["results"][0]["id"] == "w1"
+    assert steps[2][1] == 1.0
+    assert steps[2][4]["retrieval_recall"] is None and steps[2][4]["gold_retrieved"] is None
+    with pytest.raises(FileNotFoundError):
+        make(data=questions, corpus=tmp_path / "absent.jsonl")
+    (tmp_path / "broken.jsonl").write_text('{"id": 1, "title": "x", "text": "y"}\n{oops\n')
+    with pytest.raises(DataError, match="broken.jsonl, line 2"):
+        make(data=questions, corpus=tmp_path / "broken.jsonl")
+
+
+def test_file_data_source(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    env = make(data=str(path), mode="distractor")
+    assert [q.id for q in env.unwrapped.questions] == ["q-yes", "q-river"]
+    assert play(env, ["\\boxed{yes}"], options={"task_id": "q-yes"})[-1][1] == 1.0
+
+
+def test_real_sample_in_both_modes(hotpotqa_sample):
+    path = hotpotqa_sample / "dev_distractor_sample_dev.jsonl"
+    for mode, min_recall in (("open", 0.5), ("distractor", 0.6)):
+        env = make(data=path, mode=mode)
+        recall = 0.0
+        for index in range(40):
+            question = env.unwrapped.questions[index].question
+            steps = play(env, [f"<search>{question}</search>", "\\boxed{unknown}"], options={"index": index})
+            recall += steps[1][4]["retrieval_recall"]
+        assert recall / 40 > min_recall  # the question text alone finds most gold passages with BM25
+
+
+def test_paper_eval_questions_against_the_sample_corpus(paper_tasks, hotpotqa_sample, tmp_path):
+    passages = {}
+    for line in (hotpotqa_sample / "dev_distractor_sample_train.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for title, sentences in zip(record["context"]["title"], record["context"]["sentences"]):
+            passages.setdefault(title, {"id": title, "title": title, "text": "".join(sentences)})
+    env = make(data=paper_tasks / "hotpotqa_val_first1024.parquet", corpus=list(passages.values()))
+    assert len(env.unwrapped.questions) == 1024
+    steps = play(env, ["<search>Scott Derrickson Ed Wood nationality</search>", "\\boxed{yes}"],
+                 options={"index": 0})
+    assert steps[-1][1] == 1.0 and steps[1][4]["num_searches"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ sharing, caching
+
+
+def test_envs_share_one_index_and_vector_env_works():
+    envs = gym.make_vec("ERL-HotpotQA-v0", num_envs=3, vectorization_mode="sync", data="synthetic",
+                        num_questions=60)
+    obs, info = envs.reset(seed=5)
+    assert len(obs) == 3 and all(o.startswith("Question: ") for o in obs)
+    obs, rewards, terminated, truncated, info = envs.step(["<search>company</search>", "\\boxed{yes}",
+                                                           "<search>film</search>"])
+    assert list(terminated) == [False, True, False] and rewards[0] == 0.0
+    indexes = {id(env.unwrapped._source.index) for env in envs.envs}
+    assert len(indexes) == 1
+    other = make(data="synthetic", num_questions=60)
+    assert other.unwrapped._source is envs.envs[0].unwrapped._source
+
+
+def test_index_is_cached_on_disk_and_reloaded(tmp_path, monkeypatch):
+    cache = tmp_path / "my_cache"
+    env = make(data="synthetic", num_questions=23, seed=7, cache_dir=cache)
+    expected = env.unwrapped._source.index.scores("company founded")
+    assert len(list(cache.glob("*.npz"))) == 1
+    alive = weakref.ref(env.unwrapped._source.index)
+    del env
+    gc.collect()
+    assert alive() is None  # nothing in memory: the next env must read the disk
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was rebuilt instead of loaded from the disk cache")
+
+    monkeypatch.setattr(BM25Index, "__init__", no_build)
+    env = make(data="synthetic", num_questions=23, seed=7, cache_dir=cache)
+    assert (env.unwrapped._source.index.scores("company founded") == expected).all()
+
+
+def test_scripted_agent_example_runs_end_to_end(capsys):
+    spec = importlib.util.spec_from_file_location("hotpotqa_scripted_agent", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    summary = module.main(["--episodes", "12", "--quiet"])
+    assert 0.0 < summary["reward"] <= 1.0 and summary["recall"] > 0.3
+    assert "12 episodes: mean reward" in capsys.readouterr().out
+    assert module.scripted_reply("Question: Who?\nYou have 5 turns.") == "<search>Who?</search>"
+    assert module.scripted_reply("Search results for \"x\":\n[1] Osk Works (score 3.10)\ntext") \
+        .endswith("\\boxed{Osk Works}")

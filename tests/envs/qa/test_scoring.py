@@ -1,0 +1,177 @@
+"""Reading the final answer (boxed, paper), and the paper's EM / F1 / yes-no reward against the official definitions."""
+
+import pytest
+
+from erl_envs.qa.scoring import (
+    exact_match,
+    extract_answer,
+    extract_answer_paper,
+    extract_boxed,
+    normalize_answer,
+    qa_reward,
+    token_f1,
+)
+
+# ------------------------------------------------------------------------------------------------ reading the answer
+
+
+def test_extract_boxed_without_box_or_unclosed():
+    assert extract_boxed("no box") is None
+    assert extract_boxed("\\boxed{never closed") is None
+
+
+# ------------------------------------------------------------------------------------------------ reward
+
+
+@pytest.mark.parametrize(
+    "text, normal, scoring",
+    [
+        ("The Beatles!", "beatles", "official"),
+        ("  a   tale of  TWO cities ", "tale of two cities", "official"),
+        ("U.S.", "us", "official"),
+        ("Rock-and-roll", "rockandroll", "official"),
+        ("$10.5 million + <tax>", "105 million tax", "official"),  # every ASCII punctuation mark goes
+        ("Zoë’s “café”", "zoë’s “café”", "official"),  # the official definition keeps Unicode punctuation
+        ("Zoë’s “café”", "zoës café", "unicode"),
+        ("$10.5 million", "105 million", "unicode"),  # the extension is a superset of the official rule
+        ("Theatre", "theatre", "official"),
+    ],
+)
+def test_normalize_answer(text, normal, scoring):
+    assert normalize_answer(text, scoring) == normal
+
+
+def test_scoring_is_official_by_default():
+    assert qa_reward("10.5 million", "$10.5 million").reward == 1.0
+    assert qa_reward("Zoe’s", "Zoe's").em is False
+    assert qa_reward("Zoe’s", "Zoe's", scoring="unicode").em is True
+    with pytest.raises(ValueError, match="scoring"):
+        normalize_answer("x", "ascii")
+
+
+def test_exact_match_and_f1_values():
+    assert exact_match("the Chief of Protocol.", "Chief of Protocol")
+    assert not exact_match("Chief", "Chief of Protocol")
+    # pred "paul mccartney" vs gold "james paul mccartney": precision 1, recall 2/3, F1 0.8
+    assert token_f1("Paul McCartney", "James Paul McCartney") == pytest.approx(0.8)
+    assert token_f1("red red blue", "red blue green") == pytest.approx(2 / 3)
+    assert token_f1("", "anything") == 0.0
+
+
+def test_yes_no_mismatch_scores_zero():
+    assert token_f1("yes", "no") == 0.0
+    assert token_f1("no answer", "no") == 0.0
+    assert token_f1("yes it is", "yes") == 0.0
+    assert qa_reward("yes", "no").reward == 0.0
+    assert qa_reward("Yes.", "yes").reward == 1.0
+
+
+def test_reward_rule_em_f1_threshold():
+    exact = qa_reward("The Chief of Protocol", "Chief of Protocol")
+    assert (exact.em, exact.reward) == (True, 1.0)
+    partial = qa_reward("Paul McCartney", "James Paul McCartney")
+    assert (partial.em, partial.reward) == (False, pytest.approx(0.8))
+    # one shared token of 1 vs 4: precision 1, recall 0.25, F1 0.4 (kept); 1 vs 6: F1 2/7 = 0.286 (below 0.3)
+    assert qa_reward("Paris", "Paris France Europe Earth").reward == pytest.approx(0.4)
+    low = qa_reward("Paris", "Paris in France in Europe today")
+    assert low.f1 == pytest.approx(2 / 7) and low.reward == 0.0
+    assert qa_reward("Paris", "Paris in France in Europe today", f1_threshold=0.2).reward == pytest.approx(2 / 7)
+
+
+def test_reward_uses_the_best_gold_and_handles_no_answer():
+    assert qa_reward("NYC", ["New York City", "NYC"]).em
+    assert qa_reward(None, "anything").reward == 0.0
+    with pytest.raises(ValueError, match="at least one gold"):
+        qa_reward("x", [])
+
+
+# ------------------------------------------------------------------------------------------------ official scoring
+
+
+def _official_normalize(s):
+    """The official HotpotQA normalize_answer, written out independently: lower, delete string.punctuation,
+    articles -> space, split/join."""
+    import re
+    import string
+
+    s = s.lower().translate(str.maketrans("", "", string.punctuation))
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def _official_f1(prediction, gold):
+    p, g = _official_normalize(prediction), _official_normalize(gold)
+    for side in (p, g):
+        if side in ("yes", "no", "noanswer") and p != g:
+            return 0.0
+    p_tokens, g_tokens = p.split(), g.split()
+    counts = {}
+    for t in g_tokens:
+        counts[t] = counts.get(t, 0) + 1
+    same = 0
+    for t in p_tokens:
+        if counts.get(t, 0) > 0:
+            counts[t] -= 1
+            same += 1
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p_tokens), same / len(g_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def test_scoring_agrees_with_the_official_definition_on_fuzzed_pairs():
+    import random
+    import string
+
+    rng = random.Random(0)
+    pieces = (list(string.ascii_letters + string.digits + string.punctuation) + [" ", "  ", "\t", "\n", "\u00a0"]
+              + list("’“”—…«»¿¡·éÉßİıΣ東京") + ["a", "an", "the", "The", "A", "AN", "yes", "no", "noanswer", "no answer",
+                                              "Yes.", "U.S.", "$1", "10.5", "rock-and-roll", "theatre", "another"])
+    words = ["paris", "the", "beatles", "yes", "no", "an", "apple", "U.S.", "$10.5", "million", "(film)", "1999"]
+    disagreements, pairs = [], 0
+    for _ in range(12_000):
+        gold = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.5:  # a perturbed copy of the gold: many exact and partial matches
+            pred = "".join(c if rng.random() > 0.2 else rng.choice(pieces) for c in gold) + rng.choice(["", " ", "."])
+        else:
+            pred = " ".join(rng.choice(words + pieces) for _ in range(rng.randint(0, 6)))
+        pairs += 1
+        ours = (exact_match(pred, gold), token_f1(pred, gold))
+        official = (_official_normalize(pred) == _official_normalize(gold), _official_f1(pred, gold))
+        if ours != official:
+            disagreements.append((pred, gold, ours, official))
+    assert pairs >= 10_000
+    assert disagreements == []
+
+
+# ------------------------------------------------------------------------------------------------ paper extraction
+
+
+@pytest.mark.parametrize(
+    "reply, answer",
+    [
+        ("first \\boxed{wrong} then \\boxed{right}", "wrong"),  # the first box, not the last
+        ("\\boxed{\\text{Chief of Protocol}}", "\\text{Chief of Protocol}"),  # LaTeX kept literally
+        ("\\boxed{unclosed and \\boxed{closed}", None),  # an unbalanced first box: fallbacks, not the second box
+        ("<think>\\boxed{draft}</think> It is **Tulsa**.", "Tulsa"),
+        ("He was born on March 3, 1990 in Paris.", "March 3, 1990"),
+        ("It happened in 1887, they say.", "1887"),
+        ("I believe it was Barack Obama all along.", "Barack Obama"),
+        ("about 4,500 people came", "4,500"),
+        ("the correct answer is: forty two! really", "forty two"),
+        ("hmm", "hmm"),
+        ("   ", ""),
+    ],
+)
+def test_paper_extraction_reads_a_reply_like_the_reference(reply, answer):
+    got = extract_answer_paper(reply)
+    if answer is None:  # falls through to the heuristics: something other than either box
+        assert got not in ("closed", "unclosed and \\boxed{closed}")
+    else:
+        assert got == answer
+    assert extract_answer(reply, "paper") == got
+
+
+def test_paper_extraction_scores_latex_literally():
+    assert qa_reward(extract_answer_paper("\\boxed{\\text{Paris}}"), "Paris").reward == 0.0
+    assert qa_reward(extract_answer("\\boxed{\\text{Paris}}"), "Paris").reward == 1.0

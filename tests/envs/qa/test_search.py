@@ -1,0 +1,266 @@
+"""BM25Index: exact agreement with rank-bm25, deterministic ranking, batching, bad input, and the disk cache."""
+
+import gc
+import json
+import random
+import weakref
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rank_bm25 import BM25Okapi
+
+from erl_envs.qa import search
+from erl_envs.qa.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer, default_cache_dir, fold_text
+
+TOKENIZE = Tokenizer()
+
+
+def random_corpus(n=300, seed=0):
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(400)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    docs = []
+    for _ in range(n):
+        words = rng.choices(vocab, weights, k=rng.randint(5, 60))
+        if rng.random() < 0.8:  # "common" is in ~80% of passages: its raw idf is negative and gets the floor
+            words.append("common")
+        docs.append(" ".join(words))
+    return docs
+
+
+@pytest.fixture(autouse=True)
+def tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERL_GYM_CACHE", str(tmp_path / "cache"))
+
+
+def assert_matches_reference(texts, queries, tokenizer=TOKENIZE, **params):
+    index = BM25Index(texts, tokenizer=tokenizer, **params)
+    reference = BM25Okapi([tokenizer(t) for t in texts], **params)
+    for q in queries:
+        np.testing.assert_allclose(index.scores(q), reference.get_scores(tokenizer(q)), rtol=0, atol=1e-6)
+
+
+def test_scores_equal_rank_bm25_including_idf_floor():
+    texts = random_corpus()
+    queries = ["w1 w2 w3", "common w50", "common", "w7 w7 w7 w300", "nothing here", "W1, w2!"]
+    assert_matches_reference(texts, queries)
+    assert_matches_reference(texts, queries, k1=1.2, b=0.5, epsilon=0.1)
+    index = BM25Index(texts)
+    assert index.idf[index.vocab["common"]] == pytest.approx(0.25 * index.average_idf)
+
+
+def test_scores_equal_rank_bm25_on_real_passages(hotpotqa_sample):
+    texts = []
+    for line in (hotpotqa_sample / "dev_distractor_sample_dev.jsonl").read_text().splitlines()[:80]:
+        record = json.loads(line)
+        texts += [f"{t}\n{''.join(s)}" for t, s in zip(record["context"]["title"], record["context"]["sentences"])]
+        question = record["question"]
+    assert_matches_reference(texts, [question, "the band", "which city is the capital"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=12), min_size=1, max_size=25),
+       st.lists(st.sampled_from("abcdefgxyz"), max_size=8))
+def test_scores_equal_rank_bm25_on_random_corpora(docs, query):
+    texts = [" ".join(d) for d in docs]
+    assert_matches_reference(texts, [" ".join(query)])
+
+
+def test_search_ranks_best_first_and_breaks_ties_by_position():
+    texts = ["apple banana", "cherry", "apple banana", "apple", "banana cherry apple apple", "apple banana"]
+    index = BM25Index(texts, ids=list("abcdef"))
+    hits = index.search("apple banana", k=6)
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True)
+    tied = [pid for pid, s in hits if s == pytest.approx(hits[0][1])]
+    assert tied == sorted(tied)  # identical passages a, c, f come out in corpus order
+    assert "b" not in [pid for pid, _ in hits]  # no shared term: never returned
+    assert index.search("apple banana", k=2) == hits[:2]
+
+
+def test_search_top_k_matches_reference_order():
+    texts = random_corpus(500, seed=3)
+    index = BM25Index(texts)
+    reference = BM25Okapi([TOKENIZE(t) for t in texts])
+    for q in ["w3 w9 w44", "w100 common", "w5"]:
+        ref = reference.get_scores(TOKENIZE(q))
+        expected = sorted(np.flatnonzero(ref > 0), key=lambda i: (-ref[i], i))[:10]
+        assert [pid for pid, _ in index.search(q, 10)] == expected
+
+
+def test_passage_dicts_objects_and_ids():
+    from erl_envs.qa.data import Passage
+
+    passages = [{"id": "p1", "title": "Zürich", "text": "A city on a lake."},
+                {"id": "p2", "title": "Bern", "text": "The capital city."},
+                {"id": "p3", "title": "Lake", "text": "Water."}]
+    index = BM25Index(passages)
+    assert index.search("zürich") == [("p1", pytest.approx(index.scores("zürich")[0]))]  # titles are searchable
+    assert {pid for pid, _ in index.search("city", 5)} == {"p1", "p2"}
+    objects = BM25Index([Passage("a", "Title one", "text"), Passage("b", "Two", "more text"), Passage("c", "", "x")])
+    assert objects.search("one")[0][0] == "a"
+    assert BM25Index(["x y", "y", "z"]).search("x")[0][0] == 0  # strings: ids are positions
+
+
+def test_queries_with_no_match_empty_unicode_and_huge():
+    index = BM25Index(["東京 is a city", "Zürich lies on a lake", "plain english text"])
+    assert index.search("") == []
+    assert index.search("!!! ???") == []
+    assert index.search("unknownword") == []
+    assert index.search("東京")[0][0] == 0
+    assert index.search("ZÜRICH")[0][0] == 1
+    huge = "lake " * 200_000 + "english"
+    hits = index.search(huge, k=3)
+    assert {pid for pid, _ in hits} == {1, 2}
+
+
+def test_tokenizer_lowercases_strips_punctuation_and_optional_stopwords():
+    assert Tokenizer()("The U.S.-born  snake_case, Zoë's!") == ["the", "u", "s", "born", "snake", "case", "zoë", "s"]
+    assert Tokenizer(stopwords=ENGLISH_STOPWORDS)("The cat and the hat") == ["cat", "hat"]
+    assert Tokenizer(lowercase=False)("The Cat") == ["The", "Cat"]
+    assert Tokenizer().cache_key != Tokenizer(stopwords=ENGLISH_STOPWORDS).cache_key
+
+
+def test_custom_tokenizer_is_used_for_passages_and_queries():
+    index = BM25Index(["ab-cd", "ef", "gh"], tokenizer=lambda s: s.split("-"))
+    assert index.search("cd")[0][0] == 0
+    assert "ab" in index.vocab and "cd" in index.vocab
+
+
+def test_batch_equals_single_queries():
+    index = BM25Index(random_corpus(200, seed=5))
+    queries = ["w1 w2", "common", "zzz", "w9 w9 w13"]
+    assert index.search_batch(queries, 4) == [index.search(q, 4) for q in queries]
+    dense = index.scores_batch(queries)
+    assert dense.shape == (4, 200)
+    for row, q in zip(dense, queries):
+        np.testing.assert_array_equal(row, index.scores(q))
+
+
+def test_bad_input_is_rejected_with_clear_errors():
+    with pytest.raises(ValueError, match="at least one passage"):
+        BM25Index([])
+    with pytest.raises(ValueError, match="2 passages but 1 ids"):
+        BM25Index(["a", "b"], ids=["x"])
+    with pytest.raises(TypeError, match="str 'text'"):
+        BM25Index([{"title": "no text"}])
+    with pytest.raises(ValueError, match="k1"):
+        BM25Index(["a"], b=2.0)
+    index = BM25Index(["a b", "c"])
+    with pytest.raises(ValueError, match="positive int"):
+        index.search("a", k=0)
+    with pytest.raises(TypeError, match="query must be a str"):
+        index.search(None)
+    with pytest.raises(TypeError, match="list of queries"):
+        index.search_batch("a b")
+
+
+def test_term_in_exactly_half_the_passages_weighs_nothing():
+    # rank-bm25's idf log(N - df + 0.5) - log(df + 0.5) is 0 at df = N/2: such a term cannot rank anything.
+    index = BM25Index(["one", "two"])
+    assert index.search("one") == []
+    assert BM25Okapi([["one"], ["two"]]).get_scores(["one"]).tolist() == [0.0, 0.0]
+
+
+def test_corpus_of_empty_passages_scores_zero():
+    index = BM25Index(["", "...", ""])
+    assert index.search("anything") == []
+    assert not index.scores("anything").any()
+
+
+def test_save_load_roundtrip(tmp_path):
+    texts = random_corpus(100, seed=1) + ["Ünïcödé wörds 東京"]
+    index = BM25Index(texts)
+    index.save(tmp_path / "i.npz")
+    loaded = BM25Index.load(tmp_path / "i.npz", texts)
+    for q in ["w1 common", "東京 wörds"]:
+        np.testing.assert_array_equal(loaded.scores(q), index.scores(q))
+    with pytest.raises(ValueError, match="does not match"):
+        BM25Index.load(tmp_path / "i.npz", texts[:-1])
+
+
+def test_cache_shares_in_memory_and_reloads_from_disk(tmp_path, monkeypatch):
+    texts = random_corpus(120, seed=9)
+    first = BM25Index.cached(texts, cache_dir=tmp_path)
+    assert BM25Index.cached(texts, cache_dir=tmp_path) is first
+    files = list(tmp_path.glob("*.npz"))
+    assert [f.stem for f in files] == [first.cache_key]
+    expected = first.scores("w1 w2")
+    alive = weakref.ref(first)
+    del first
+    gc.collect()
+    assert alive() is None
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was rebuilt instead of loaded from the cache")
+
+    monkeypatch.setattr(BM25Index, "__init__", no_build)
+    again = BM25Index.cached(texts, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.scores("w1 w2"), expected)
+
+
+def test_cache_key_depends_on_content_tokenizer_and_params(tmp_path):
+    texts = ["one two", "three"]
+    keys = {
+        BM25Index.cached(texts, cache_dir=tmp_path).cache_key,
+        BM25Index.cached(["one two", "four"], cache_dir=tmp_path).cache_key,
+        BM25Index.cached(texts, k1=1.2, cache_dir=tmp_path).cache_key,
+        BM25Index.cached(texts, tokenizer=Tokenizer(stopwords=ENGLISH_STOPWORDS), cache_dir=tmp_path).cache_key,
+        BM25Index.cached(texts, ids=["a", "b"], cache_dir=tmp_path).cache_key,
+    }
+    assert len(keys) == 5
+    assert len(list(tmp_path.glob("*.npz"))) == 5
+
+
+def test_corrupt_cache_file_is_rebuilt_not_trusted(tmp_path):
+    texts = random_corpus(50, seed=2)
+    key = BM25Index.content_key(texts, list(range(50)), Tokenizer().cache_key, 1.5, 0.75, 0.25)
+    path = tmp_path / f"{key}.npz"
+    path.write_bytes(b"this is not an npz file")
+    with pytest.warns(UserWarning, match="rebuilding"):
+        index = BM25Index.cached(texts, cache_dir=tmp_path)
+    np.testing.assert_allclose(index.scores("w1"), BM25Index(texts).scores("w1"))
+    search._LIVE_INDEXES.clear()
+    BM25Index.load(path, texts)  # the bad file was replaced by a good one
+
+
+def test_uncacheable_tokenizer_and_disabled_disk_cache_write_nothing(tmp_path):
+    BM25Index.cached(["a b"], tokenizer=str.split, cache_dir=tmp_path)
+    BM25Index.cached(["c d"], cache_dir=False)
+    assert not list(tmp_path.glob("*"))
+
+
+def test_default_cache_dir_follows_env_var(tmp_path, monkeypatch):
+    monkeypatch.setenv("ERL_GYM_CACHE", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "bm25"
+    monkeypatch.delenv("ERL_GYM_CACHE")
+    assert default_cache_dir().parts[-3:] == (".cache", "erl_gym", "bm25")
+
+
+def test_search_never_returns_a_passage_ranked_below_one_it_leaves_out():
+    # "a" is in 4 of 5 passages: its idf floor is negative here, so those 4 score below the zero-score "d".
+    index = BM25Index(["a b c"] * 4 + ["d"])
+    assert index.scores("a")[0] < 0 == index.scores("a")[4]
+    assert index.search("a") == []
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # tiny random corpora, where negative floors are common
+        texts = [" ".join(rng.choice(list("abcde"), rng.integers(1, 4))) for _ in range(rng.integers(1, 6))]
+        index = BM25Index(texts)
+        query = " ".join(rng.choice(list("abcdef"), 2))
+        scores = index.scores(query)
+        hits = index.search(query, k=len(texts))
+        returned = {pid for pid, _ in hits}
+        left_out = [scores[i] for i in range(len(texts)) if i not in returned]
+        assert all(score > max(left_out, default=-np.inf) for _, score in hits)
+
+
+def test_folding_tokenizer_normalises_unicode_and_is_off_by_default():
+    assert Tokenizer()("İstanbul") == ["i", "stanbul"]  # lower() gives i + a combining dot, which splits the word
+    assert Tokenizer(fold=True)("İstanbul Zoë ＦＩＦＡ Straße") == ["istanbul", "zoe", "fifa", "strasse"]
+    assert fold_text("Ångström café") == "angstrom cafe"
+    assert Tokenizer(fold=True).cache_key != Tokenizer().cache_key
+    texts = ["Zoë Saldaña acted", "Other text here", "More words", "Still more"]
+    assert BM25Index(texts, tokenizer=Tokenizer(fold=True)).search("zoe saldana")[0][0] == 0
+    assert BM25Index(texts).search("zoe saldana") == []

@@ -1,0 +1,126 @@
+"""Reading a reply as tool calls: every search form, malformed calls with their reasons, several calls per reply,
+the reference's tool name; a reply without a call is an answer."""
+
+import pytest
+
+from erl_envs.qa.scoring import extract_answer
+from erl_envs.qa.tools import MAX_CALLS_PER_REPLY, QAReply, parse_qa_calls, parse_qa_reply
+
+# ------------------------------------------------------------------------------------------------ search forms
+
+
+@pytest.mark.parametrize(
+    "reply, query, top_k",
+    [
+        ("<search>Tinted Windows band</search>", "Tinted Windows band", None),
+        ("Let me look.\n<SEARCH>capital of France</Search> then answer", "capital of France", None),
+        ('{"name": "search", "arguments": {"query": "Ed Wood", "top_k": 3}}', "Ed Wood", 3),
+        ('I will search.\n<tool_call>\n{"name": "search", "arguments": {"query": "Ed Wood"}}\n</tool_call>',
+         "Ed Wood", None),
+        ('```json\n{"name": "search", "arguments": {"query": "Kiss and Tell film"}}\n```', "Kiss and Tell film", None),
+        ('<tool_call>{"name": "search", "arguments": "{\\"query\\": \\"Animorphs\\", \\"top_k\\": 2}"}</tool_call>',
+         "Animorphs", 2),
+        ('{"name": "search", "parameters": {"query": "Scott Derrickson"}}', "Scott Derrickson", None),
+        ('[{"name": "search", "arguments": {"query": "first", "top_k": "4"}}]', "first", 4),
+        ('{"arguments": {"query": "keys in any order"}, "name": "search"}', "keys in any order", None),
+        ("<search>Zürich 東京 – café</search>", "Zürich 東京 – café", None),
+    ],
+)
+def test_search_forms(reply, query, top_k):
+    assert parse_qa_reply(reply) == QAReply("search", query=query, top_k=top_k)
+
+
+def test_first_tool_call_wins_and_a_call_beats_an_answer():
+    reply = "<search>one</search> and <search>two</search> \\boxed{Paris}"
+    assert parse_qa_reply(reply) == QAReply("search", query="one")
+    both = '{"name": "search", "arguments": {"query": "json first"}} then <search>tag second</search>'
+    assert parse_qa_reply(both).query == "json first"
+
+
+@pytest.mark.parametrize(
+    "reply, error",
+    [
+        ('<tool_call>{"name": "search", "arguments": {"query": "x"</tool_call>', "not valid JSON"),
+        ('<tool_call>{"name": "search", "arguments": {"query": "x"}', "not valid JSON"),  # unclosed tag, bad JSON
+        ('{"name": "search", "arguments": {"query": ', "not valid JSON"),
+        ('<tool_call>not json at all</tool_call>', "not valid JSON"),
+        ('<tool_call>[1, 2]</tool_call>', 'must look like {"name": "search"'),
+        ('{"name": "lookup", "arguments": {"query": "x"}}', "unknown tool 'lookup'"),
+        ('{"name": "search", "arguments": {"q": "x"}}', 'needs a "query" string'),
+        ('{"name": "search", "arguments": ["x"]}', "must be an object"),
+        ('{"name": "search", "arguments": "{not json"}', "arguments are not valid JSON"),
+        ('{"name": "search", "arguments": {"query": "x", "top_k": "many"}}', "top_k must be a whole number"),
+        ("<search>   </search>", "the search query is empty"),
+        ('{"name": "search", "arguments": {"query": ""}}', "the search query is empty"),
+        ("<search>never closed", "not closed"),
+    ],
+)
+def test_malformed_calls_are_invalid_with_a_reason(reply, error):
+    parsed = parse_qa_reply(reply)
+    assert parsed.kind == "invalid"
+    assert error in parsed.error
+
+
+# ------------------------------------------------------------------------------------------------ answers and odd replies
+
+
+@pytest.mark.parametrize(
+    "reply, answer",
+    [
+        ("The answer is \\boxed{Tulsa}.", "Tulsa"),
+        ("\\boxed{\\text{Chief of Protocol}}", "Chief of Protocol"),
+        ("\\boxed{\\textbf{\\text{yes}}}", "yes"),
+        ("\\boxed{ {1, 2} set }", "{1, 2} set"),
+        ("first \\boxed{wrong} then \\boxed{right}", "right"),
+        ("\\boxed{closed} and \\boxed{unclosed", "closed"),
+        ("<answer>Animorphs</answer>", "Animorphs"),
+        ("<answer>\\boxed{inner}</answer>", "inner"),
+        ("<answer>tag</answer> \\boxed{boxed wins}", "boxed wins"),
+        ("\\fbox{framed}", "framed"),
+        ("I am not sure.", None),
+        ("", None),
+        ('{"some": "json", "but": "no tool"}', None),
+    ],
+)
+def test_answer_forms(reply, answer):
+    assert parse_qa_reply(reply) == QAReply("answer", answer=answer)
+    assert extract_answer(reply) == answer
+
+
+def test_huge_and_unicode_replies_parse():
+    huge = "blah " * 200_000 + "<search>needle</search>"
+    assert parse_qa_reply(huge) == QAReply("search", query="needle")
+    assert parse_qa_reply("思考中… \\boxed{東京}").answer == "東京"
+    many_braces = '{"name": 1} ' * 100 + "\\boxed{x}"
+    assert parse_qa_reply(many_braces).kind in {"answer", "invalid"}
+
+
+def test_non_string_reply_is_a_type_error():
+    with pytest.raises(TypeError, match="must be a str"):
+        parse_qa_reply(None)
+
+
+# ------------------------------------------------------------------------------------------------ tool protocol
+
+
+def test_local_search_is_the_search_tool_too():
+    reply = '<tool_call>\n{"name": "local_search", "arguments": {"query": "Ed Wood", "top_k": 5}}\n</tool_call>'
+    assert parse_qa_reply(reply) == QAReply("search", query="Ed Wood", top_k=5)
+    assert parse_qa_reply('{"name": "lookup", "arguments": {"query": "x"}}').kind == "invalid"
+
+
+def test_every_tool_call_of_a_reply_is_read_in_order():
+    reply = ('<tool_call>{"name": "search", "arguments": {"query": "one"}}</tool_call> text '
+             '<tool_call>{"name": "local_search", "arguments": {"query": "two"}}</tool_call>'
+             '<tool_call>{"name": "nope", "arguments": {}}</tool_call>')
+    calls = parse_qa_calls(reply)
+    assert [(c.kind, c.query) for c in calls] == [("search", "one"), ("search", "two"), ("invalid", None)]
+    bare = '[{"name": "search", "arguments": {"query": "x"}}, {"name": "search", "arguments": {"query": "y"}}]'
+    assert [c.query for c in parse_qa_calls(bare)] == ["x", "y"]
+    tags = "<search>a</search> <search>b</search>"
+    assert [c.query for c in parse_qa_calls(tags)] == ["a", "b"]
+    many = "<search>q</search>" * 50
+    assert len(parse_qa_calls(many)) == MAX_CALLS_PER_REPLY
+    assert parse_qa_calls("no call \\boxed{x}") == [QAReply("answer", answer="x")]
+
+

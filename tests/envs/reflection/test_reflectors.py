@@ -1,0 +1,479 @@
+"""Reflectors: the trace text, grid reading, RuleReflector's rulebooks (checked claim by claim), HFReflector."""
+
+import dataclasses
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import erl_envs  # noqa: F401  (registers the envs)
+from erl_envs.grid.actions import ACTION_NAMES, MOVES
+from erl_envs.grid.text import FROZEN_LAKE_SYMBOLS, SOKOBAN_SYMBOLS, GridRenderer
+from erl_envs.reflection import ReflectionWrapper, extract_prompt
+from erl_envs.reflection.reflectors import HFReflector, Reflector, RuleReflector, parse_grid
+from erl_envs.reflection.trace import ReflectionRequest, TraceStep, clip_text, format_trace
+
+MOVE_REPLIES = [f"```{name}```" for name in ACTION_NAMES]
+
+
+def trace_of(env_id, seed, actions, options=None, **kwargs):
+    """Play ``actions`` on a bare env and build the reflection request by hand, keeping every info."""
+    env = gym.make(env_id, **kwargs).unwrapped
+    obs, info = env.reset(seed=seed, options=options)
+    infos, steps, total = [info], [], 0.0
+    for action in actions:
+        nxt, reward, terminated, truncated, info = env.step(action)
+        steps.append(TraceStep(obs, action, reward, info["took_effect"], terminated, truncated, info["feedback"]))
+        infos.append(info)
+        total += reward
+        obs = nxt
+        if terminated or truncated:
+            break
+    request = ReflectionRequest(
+        text="", system_prompt="", base_prompt=env.instructions, style=env.prompt_style, steps=tuple(steps),
+        final_observation=obs, total_return=total, success=bool(infos[-1]["success"]),
+        feedback=infos[-1].get("episode_feedback", ""), symbols=getattr(env, "symbols", None),
+    )
+    return request, infos
+
+
+def replay(env_id, seed, moves, options=None, **kwargs):
+    env = gym.make(env_id, **kwargs).unwrapped
+    env.reset(seed=seed, options=options)
+    info = {}
+    for move in moves:
+        *_, info = env.step(f"```{move}```")
+    return info
+
+
+def rulebook_of(request, **kwargs):
+    text = RuleReflector(**kwargs)(request)
+    prompt, reason = extract_prompt(text)
+    assert prompt is not None, reason
+    assert text.count("<prompt>") == 1 and prompt.count("<game_rules>") == 1 and prompt.count("<strategy>") == 1
+    assert prompt.index("</game_rules>") < prompt.index("<strategy>")
+    return prompt
+
+
+def cell(row, col):
+    return int(row) - 1, int(col) - 1
+
+
+def steps_list(text):
+    return [int(s) for s in text.split(", ")]
+
+
+# ----------------------------------------------------------------------------- trace text and grids
+
+
+def test_format_trace_lists_every_field():
+    steps = (TraceStep("obs one", "left", 0.0, False, False, False, "bumped"),
+             TraceStep("obs two", "  ", 1.5, True, True, False, "won"))
+    text = format_trace(steps, "final", 1.5, "You won.")
+    assert ("## Step 1\nObservation:\nobs one\nAction:\nleft\nReward: 0. Took effect: no. Done: no.\n"
+            "Comment: bumped") in text
+    assert "Action:\n(an empty reply)\nReward: 1.5. Took effect: yes. Done: yes.\nComment: won" in text
+    assert text.endswith("## Outcome\nFinal observation:\nfinal\nReturn: 1.5\nFeedback: You won.")
+
+
+def test_clip_text_keeps_head_and_tail():
+    text = "HEAD" + "x" * 10_000 + "```Up```"
+    clipped = clip_text(text, 100)
+    assert clipped.startswith("HEAD") and clipped.endswith("```Up```") and "characters omitted" in clipped
+    assert len(clipped) < 200 and clip_text("short", 100) == "short" and clip_text(text, None) == text
+
+
+def test_parse_grid_reads_the_renderer_layout():
+    renderer = GridRenderer(FROZEN_LAKE_SYMBOLS["abstract"])
+    kinds = [["agent", "frozen", "hole"], ["frozen", "frozen", "goal"]]
+    text = renderer.render(kinds) + "\nYour last action had no effect.\nSteps remaining: 3"
+    assert parse_grid(text) == [["A", "D", "C"], ["D", "D", "B"]]
+    assert parse_grid(text.strip()) == [["A", "D", "C"], ["D", "D", "B"]]  # an env that strips its text
+    assert parse_grid("no grid here\njust words") is None
+    assert parse_grid(" A \t B \t\n C \t") is None  # ragged
+    assert parse_grid("name\tvalue\nkey\tother") is None  # tab-separated words are not cells
+
+
+# ----------------------------------------------------------------------------- FrozenLake rulebooks
+
+
+def test_frozen_lake_rulebook_on_a_known_map():
+    # S F H / F H F / F F G: Left bumps the edge, a reply without a move, Right, then Down into the hole.
+    request, infos = trace_of("ERL-FrozenLake-v0", 0, ["```Left```", "let me think", "```Right```", "```Down```"],
+                              options={"map": ["SFH", "FHF", "FFG"]})
+    prompt = rulebook_of(request)
+    assert "- A: you." in prompt and "- C: a hole. Stepping onto it ends the game as a failure." in prompt
+    assert "The board has 3 rows and 3 columns" in prompt
+    assert "(seen at step 1: Left from row 1, column 1 ran into the edge of the board)" in prompt
+    assert "- Right moves you one column right (seen at step 3)." in prompt
+    assert "- Up was not seen moving you in the last attempt; expect it to move you one row up." in prompt
+    assert "(seen at step 2)" in prompt and "readable move" in prompt
+    assert "(seen at step 4: Down from row 1, column 2 into the hole at row 2, column 2)" in prompt
+    assert ("from your start at row 1, column 1 to the goal at row 3, column 3: "
+            "Down, Down, Right, Right (4 moves)") in prompt
+    assert "Last time 2 of 4 turns did nothing (steps 1, 2)" in prompt
+    assert "cut off" not in prompt
+    assert replay("ERL-FrozenLake-v0", 0, ["Down", "Down", "Right", "Right"],
+                  options={"map": ["SFH", "FHF", "FFG"]})["success"]
+
+
+def test_frozen_lake_rulebook_after_running_out_of_steps():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Left```"] * 3, options={"map": ["SF", "FG"], "max_steps": 3})
+    prompt = rulebook_of(request)
+    assert "- The last attempt was cut off after 3 turns before reaching B: finish within 3 moves." in prompt
+    assert "fell" not in prompt and "Moving onto C ends the game at once as a failure." in prompt
+    assert "route" in prompt and "(2 moves)" in prompt
+
+
+def check_frozen_lake_claims(prompt, request, infos, seed, size):
+    """Every claim tied to a step is checked against the env's own infos."""
+    actions = [parse for parse in (s.action for s in request.steps)]
+    positions = [tuple(info["position"]) for info in infos]
+    for name, step in re.findall(r"- (Up|Down|Left|Right) moves you one \w+ \w+ \(seen at step (\d+)\)", prompt):
+        k = int(step)
+        assert actions[k - 1] == f"```{name}```" and infos[k]["took_effect"]
+        dr, dc = MOVES[ACTION_NAMES.index(name)]
+        assert positions[k] == (positions[k - 1][0] + dr, positions[k - 1][1] + dc)
+    for step, name, r, c in re.findall(r"seen at step (\d+): (\w+) from row (\d+), column (\d+) ran into the edge",
+                                       prompt):
+        k = int(step)
+        assert positions[k - 1] == cell(r, c) and not infos[k]["took_effect"]
+        dr, dc = MOVES[ACTION_NAMES.index(name)]
+        row, col = positions[k - 1][0] + dr, positions[k - 1][1] + dc
+        assert not (0 <= row < size and 0 <= col < size)
+    fell = re.search(r"seen at step (\d+): (\w+) from row (\d+), column (\d+) into the hole at row (\d+), column (\d+)",
+                     prompt)
+    assert bool(fell) == ("hole" in infos[-1]["feedback"])
+    if fell:
+        k, name, r, c, r2, c2 = fell.groups()
+        assert int(k) == len(request.steps) and positions[-2] == cell(r, c) and positions[-1] == cell(r2, c2)
+    assert ("cut off after" in prompt) == request.steps[-1].truncated
+    wasted = re.search(r"Last time (\d+) of (\d+) turns did nothing \(steps? ([\d, ]+)\)", prompt)
+    idle = [k + 1 for k, step in enumerate(request.steps) if not step.took_effect]
+    assert (steps_list(wasted.group(3)) if wasted else []) == idle
+    unreadable = re.search(r"without a readable move does nothing and wastes the turn \(seen at steps? ([\d, ]+)\)",
+                           prompt)
+    parse_errors = [k for k in range(1, len(infos)) if infos[k]["feedback"].startswith("could not parse")]
+    assert (steps_list(unreadable.group(1)) if unreadable else []) == parse_errors
+    route = re.search(r"route on this board.*?: ([A-Za-z, ]+) \((\d+) moves?\)", prompt)
+    assert route, "a route exists on every generated board"
+    moves = route.group(1).split(", ")
+    assert len(moves) == int(route.group(2)) == infos[0]["optimal_steps"]
+    assert replay("ERL-FrozenLake-v0", seed, moves, size=size)["success"]
+
+
+@pytest.mark.parametrize("size", [3, 5])
+def test_frozen_lake_rulebooks_are_correct_on_random_traces(size):
+    rng = np.random.default_rng(size)
+    checked = 0
+    for seed in range(40):
+        actions = [str(rng.choice(MOVE_REPLIES + ["no idea"], p=[0.22] * 4 + [0.12])) for _ in range(8)]
+        request, infos = trace_of("ERL-FrozenLake-v0", seed, actions, size=size)
+        if request.success:
+            continue
+        check_frozen_lake_claims(rulebook_of(request), request, infos, seed, size)
+        checked += 1
+    assert checked >= 20
+
+
+def test_unreadable_replies_under_both_invalid_action_policies():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["hmm", "```Up, Left```", "```Right```", "well"],
+                          options={"map": ["SFF", "FFF", "FFG"], "max_steps": 4})
+    prompt = rulebook_of(request)
+    # "Up, Left" is unparseable for a one-move env but is not "a reply without a move": it is only counted as idle.
+    assert "without a readable move does nothing and wastes the turn (seen at steps 1, 4)" in prompt
+    assert "Last time 3 of 4 turns did nothing (steps 1, 2, 4)" in prompt
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "no move"], invalid_action="terminate",
+                          options={"map": ["SFF", "FFF", "FFG"]})
+    prompt = rulebook_of(request)
+    assert "- A reply without a readable move ended the game at once (seen at step 2)." in prompt
+    assert "does nothing and wastes" not in prompt
+
+
+def test_multi_move_turns_are_not_misattributed():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right, Right```", "```Down```", "```Left, Left, Left```"],
+                          max_actions_per_turn=3, action_format="lenient",
+                          options={"map": ["SFF", "FFF", "FFG"], "max_steps": 6})
+    prompt = rulebook_of(request)
+    assert "- Down moves you one row down (seen at step 2)." in prompt
+    assert "- Right was not seen moving you" in prompt and "readable" not in prompt
+
+
+def test_frozen_lake_rulebook_with_other_symbols():
+    request, infos = trace_of("ERL-FrozenLake-v0", 3, ["```Up```", "```Left```"] * 4, symbols="gym", size=4)
+    prompt = rulebook_of(request)
+    assert "- H: a hole." in prompt and "- P: you." in prompt and "- G: the goal." in prompt
+    if not request.success:
+        check_frozen_lake_claims(prompt, request, infos, 3, 4)
+
+
+def test_plan_can_be_switched_off():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Left```"] * 3, options={"map": ["SF", "FG"], "max_steps": 3})
+    assert "shortest safe route" not in rulebook_of(request, plan=False)
+
+
+@pytest.mark.parametrize("env_id", ["ERL-FrozenLake-v0", "ERL-Sokoban-v0"])
+def test_plan_detail_writes_only_a_shortest_solution_in_action_strings(env_id):
+    kwargs = {"size": 4} if env_id == "ERL-FrozenLake-v0" else {}
+    rng = np.random.default_rng(3)
+    checked = 0
+    for seed in range(20):
+        request, infos = trace_of(env_id, seed, [str(rng.choice(MOVE_REPLIES)) for _ in range(6)], **kwargs)
+        if request.success:
+            continue
+        prompt, reason = extract_prompt(RuleReflector(detail="plan")(request))
+        assert prompt is not None, reason
+        assert "<game_rules>" not in prompt and len(prompt) < 200
+        moves = re.findall(r"```(\w+)```", prompt)
+        assert len(moves) == infos[0]["optimal_steps"]
+        assert replay(env_id, seed, moves, **kwargs)["success"]
+        checked += 1
+    assert checked >= 10
+
+
+def test_plan_detail_falls_back_to_the_rulebook_when_there_is_no_plan():
+    # Without symbols the goal cannot be found, so there is nothing to plan: the same text as detail="full".
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "```Up```"], options={"map": ["SF", "FG"]})
+    blind = dataclasses.replace(request, symbols=None)
+    assert RuleReflector(detail="plan")(blind) == RuleReflector()(blind)
+    with pytest.raises(ValueError, match="detail"):
+        RuleReflector(detail="short")
+
+
+# ----------------------------------------------------------------------------- Sokoban rulebooks
+
+
+def board_at(request, k):
+    """The board before step k (1-based); k = len(steps) + 1 is the final board."""
+    text = request.steps[k - 1].observation if k <= len(request.steps) else request.final_observation
+    return parse_grid(text)
+
+
+def test_sokoban_rulebook_wall_push_and_step_limit():
+    level = ["#######", "#@ $ .#", "#     #", "#######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Up```", "```Right```", "```Right```"],
+                          options={"level": level, "max_steps": 3})
+    prompt = rulebook_of(request)
+    assert "- B: a box that is not on a target yet." in prompt and "- E: a wall: nothing can enter it." in prompt
+    assert "(seen at step 1: Up from row 2, column 2 ran into a wall (E) at row 1, column 2)" in prompt
+    assert "(Seen at step 3: Right pushed a box from row 2, column 4 to row 2, column 5.)" in prompt
+    assert "- The last attempt was cut off after 3 turns before every box was on a target" in prompt
+    assert "A shortest solution for this board from the start: Right, Right, Right (3 moves)." in prompt
+    assert replay("ERL-Sokoban-v0", 0, ["Right"] * 3, options={"level": level})["success"]
+
+
+def test_sokoban_rulebook_blocked_push():
+    level = ["######", "# $. #", "# @  #", "######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Up```", "```Left```"], options={"level": level, "max_steps": 2})
+    prompt = rulebook_of(request)
+    assert "(seen at step 1: Up from row 3, column 3 ran into a box (B) at row 2, column 3 with E behind it)" in prompt
+    assert "- Left moves you one column left (seen at step 2)." in prompt
+    assert "Left, Up, Right (3 moves)" in prompt
+    assert replay("ERL-Sokoban-v0", 0, ["Left", "Up", "Right"], options={"level": level})["success"]
+
+
+def test_sokoban_rulebooks_are_correct_on_random_traces():
+    rng = np.random.default_rng(1)
+    kinds = SOKOBAN_SYMBOLS["abstract"].symbols
+    checked = 0
+    for seed in range(25):
+        actions = [str(rng.choice(MOVE_REPLIES)) for _ in range(8)]
+        request, infos = trace_of("ERL-Sokoban-v0", seed, actions)
+        if request.success:
+            continue
+        prompt = rulebook_of(request)
+        for step, frm_r, frm_c, to_r, to_c in re.findall(
+                r"step (\d+): \w+ pushed a box from row (\d+), column (\d+) to row (\d+), column (\d+)", prompt):
+            before, after = board_at(request, int(step)), board_at(request, int(step) + 1)
+            r, c = cell(frm_r, frm_c)
+            r2, c2 = cell(to_r, to_c)
+            assert before[r][c] in (kinds["box"], kinds["box_on_target"])
+            assert after[r2][c2] in (kinds["box"], kinds["box_on_target"])
+        for step, r, c in re.findall(r"step (\d+): \w+ from row \d+, column \d+ ran into a wall \(E\) at row (\d+), "
+                                     r"column (\d+)", prompt):
+            row, col = cell(r, c)
+            assert board_at(request, int(step))[row][col] == kinds["wall"] and not infos[int(step)]["took_effect"]
+        solution = re.search(r"shortest solution for this board from the start: ([A-Za-z, ]+) \((\d+) moves?\)", prompt)
+        assert solution
+        moves = solution.group(1).split(", ")
+        assert len(moves) == infos[0]["optimal_steps"]  # as short as the env's own solver says
+        assert replay("ERL-Sokoban-v0", seed, moves)["success"]
+        checked += 1
+    assert checked >= 15
+
+
+# ----------------------------------------------------------------------------- other envs
+
+
+def test_unknown_grid_infers_the_agent_from_movement():
+    def board(rows):
+        return "\n".join("".join(f" {ch} \t" for ch in row) for row in rows)
+
+    boards = [board(["..O", "P.."]), board(["..O", ".P."]), board(["..O", ".P."]), board([".PO", "..."]),
+              board(["..P", "..."])]
+    steps = (TraceStep(boards[0], "```Right```", 0.0, True, False, False, "moved"),
+             TraceStep(boards[1], "```Down```", 0.0, False, False, False, "bumped"),
+             TraceStep(boards[2], "```Up```", 0.0, True, False, False, "moved"),
+             TraceStep(boards[3], "```Right```", 0.0, True, True, False, "fell"))
+    request = ReflectionRequest(text="", system_prompt="", base_prompt="Play.", style="grid", steps=steps,
+                                final_observation=boards[4], total_return=0.0, success=False,
+                                feedback="You fell off the world.")
+    prompt = rulebook_of(request)
+    assert "- P: you (this symbol moved when you moved)." in prompt
+    assert "- O: moving onto it ended the game (step 4, return 0)." in prompt
+    assert "(seen at step 2: Down from row 2, column 2 ran into the edge of the board)" in prompt
+    assert "- .: on the board; the last attempt did not show what it does." in prompt
+    assert "You fell off the world." in prompt and "shortest" not in prompt
+
+
+def test_grid_style_without_a_grid_falls_back_to_lessons():
+    steps = (TraceStep("no board", "go", 0.0, False, True, False, "nothing"),)
+    request = ReflectionRequest(text="", system_prompt="", base_prompt="BASE", style="grid", steps=steps,
+                                final_observation="still no board", total_return=0.0, success=False, feedback="lost")
+    prompt, _ = extract_prompt(RuleReflector()(request))
+    assert prompt.startswith("BASE") and 'These actions had no effect: "go" (step 1)' in prompt
+
+
+def test_generic_lessons():
+    steps = (TraceStep("o1", "push", 0.0, False, False, False, "stuck"),
+             TraceStep("o2", "pull", 0.0, True, False, True, "ok"))
+    request = ReflectionRequest(text="", system_prompt="", base_prompt="Do the task.", style="generic", steps=steps,
+                                final_observation="o3", total_return=0.0, success=False, feedback="Out of time.")
+    prompt, _ = extract_prompt(RuleReflector()(request))
+    assert prompt.startswith("Do the task.\n")
+    assert "It took 2 steps and ended with return 0: Out of time." in prompt
+    assert 'These actions had no effect: "push" (step 1)' in prompt and 'Actions you tried: "push", "pull"' in prompt
+
+
+def qa_request(actions, seed=0):
+    captured = []
+
+    def reflector(request):
+        captured.append(request)
+        return RuleReflector()(request)
+
+    env = ReflectionWrapper(gym.make("ERL-HotpotQA-v0", data="synthetic"), reflector=reflector)
+    env.reset(seed=seed)
+    for action in actions:
+        *_, info = env.step(action)
+        if info["new_conversation"]:
+            break
+    return captured[0], info
+
+
+def test_qa_prompt_from_a_wrong_answer():
+    request, info = qa_request(["<search>Raizark Pehoti nationality</search>", "Done: \\boxed{Atlantis}"])
+    prompt = info["system_prompt"]
+    assert request.style == "qa" and info["phase"] == "attempt2"
+    assert '"Raizark Pehoti nationality"' in prompt and '"Atlantis" was not judged correct' in prompt
+    assert "\\boxed{...}" in prompt and "Split the question into its hops" in prompt
+
+
+def test_qa_prompt_without_search_or_answer():
+    request, info = qa_request(["I do not know."])
+    prompt, _ = extract_prompt(RuleReflector()(request))
+    assert "made no search" in prompt and "gave no final answer" in prompt
+
+
+def test_rule_reflector_input_checks():
+    with pytest.raises(TypeError, match="ReflectionRequest"):
+        RuleReflector()("just text")
+    with pytest.raises(TypeError, match="SymbolSet"):
+        RuleReflector(symbols={"agent": "A"})
+    assert isinstance(RuleReflector(), Reflector)
+
+
+# ----------------------------------------------------------------------------- a Hugging Face model
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    specials = ["[UNK]", "[PAD]", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"]
+    corpus = ["You are playing a grid game <prompt> rules </prompt> Up Down Left Right A B C D hole goal",
+              "The instructions you were given Your attempt Step Observation Action Reward Took effect Done"]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=specials))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                        eos_token="<|eos|>")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=96, n_embd=16, n_layer=1, n_head=2,
+                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    return GPT2LMHeadModel(config).eval(), tokenizer
+
+
+def fl_request():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Left```", "```Right```", "```Down```"],
+                          options={"map": ["SFH", "FHF", "FFG"]})
+    return request
+
+
+def test_hf_reflector_without_chat_template(tiny_lm):
+    model, tokenizer = tiny_lm
+    reflector = HFReflector(model, tokenizer, max_new_tokens=12)
+    text = reflector(fl_request())  # the request is longer than the 96-token context: its end is kept
+    assert isinstance(text, str)
+    assert isinstance(reflector("a plain string request"), str)
+
+
+def test_hf_reflector_with_chat_template_is_deterministic_when_greedy(tiny_lm):
+    model, tokenizer = tiny_lm
+    tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|eos|> {% endfor %}"
+                               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    try:
+        reflector = HFReflector(model, tokenizer, max_new_tokens=10, temperature=0.0)
+        request = fl_request()
+        assert reflector(request) == reflector(request)
+        sampled = HFReflector(model, tokenizer, max_new_tokens=10)(request)
+        assert isinstance(sampled, str)
+    finally:
+        tokenizer.chat_template = None
+
+
+def test_hf_reflector_in_the_wrapper(tiny_lm):
+    model, tokenizer = tiny_lm
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=3), reflector=HFReflector(model, tokenizer,
+                                                                                        max_new_tokens=8))
+    first, _ = env.reset(seed=1)
+    for _ in range(8):
+        obs, reward, terminated, truncated, info = env.step("nothing")
+        if info["new_conversation"] or terminated or truncated:
+            break
+    assert info["phase"] == "attempt2" and obs == first
+    assert info["reflection_fallback"] is True  # a random model writes no <prompt> tags
+
+
+def test_hf_reflector_checks_its_arguments(tiny_lm):
+    model, tokenizer = tiny_lm
+    with pytest.raises(ValueError, match="no room"):
+        HFReflector(model, tokenizer, max_new_tokens=96)(fl_request())
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        HFReflector(model, tokenizer, max_new_tokens=0)
+    with pytest.raises(TypeError, match="ReflectionRequest or a str"):
+        HFReflector(model, tokenizer)(b"bytes")
+
+
+def test_rule_reflector_goes_by_what_the_env_read():
+    """Under the paper's format a bare "Up" is no move at all: the rulebook must call those replies unreadable,
+    not say that Up had no effect (it reads the env's action_read, which the wrapper's trace carries)."""
+    from erl_envs.reflection import ReflectionWrapper
+
+    seen = []
+
+    def reflector(request):
+        seen.append(request)
+        return RuleReflector()(request)
+
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0"), reflector=reflector)
+    env.reset(seed=0, options={"map": ["FFF", "FSF", "FFG"], "max_steps": 3})
+    for _ in range(3):
+        env.step("Up")
+    steps = seen[0].steps
+    assert [(s.action_read, s.action_reported) for s in steps] == [(None, True)] * 3
+    prompt = RuleReflector()(seen[0])
+    assert "Up from row 2, column 2 had no effect" not in prompt and "readable" in prompt

@@ -1,0 +1,756 @@
+"""ReflectionWrapper: the ERL episode on foreign toy text envs, on FrozenLake, and in vector envs."""
+
+import json
+import random
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import erl_envs
+from erl_envs import protocol
+from erl_envs.grid import prompts as grid_prompts
+from erl_envs.qa import prompts as qa_prompts
+from erl_envs.reflection import prompts as reflection_prompts
+from erl_envs.reflection.memory import ReflectionMemory, RetrievalMemory
+from erl_envs.protocol import FreeText
+from erl_envs.reflection import (
+    ReflectionAsyncVectorEnv,
+    ReflectionSyncVectorEnv,
+    ReflectionWrapper,
+    extract_prompt,
+    to_jsonable,
+)
+from erl_envs.reflection.reflectors import RuleReflector
+from erl_envs.reflection.trace import ReflectionRequest
+from paths import ROOT
+
+
+class Corridor(gym.Env):
+    """A foreign env with only the required protocol: walk "left"/"right" to the goal at the right end.
+
+    Each seed gives a room number and a start cell, so instances are easy to tell apart.
+    """
+
+    def __init__(self, length=5, max_steps=4, numpy_info=False):
+        self.length = length
+        self.max_steps = max_steps
+        self.numpy_info = numpy_info
+        self.observation_space = spaces.Text(200)
+        self.action_space = spaces.Text(200)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.room = int(self.np_random.integers(1_000_000))
+        self.pos = int(self.np_random.integers(0, self.length - 1))
+        if options and "start" in options:
+            self.pos = options["start"]
+        self.steps = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return f"Room {self.room}. You are at {self.pos}. The goal is at {self.length - 1}."
+
+    def step(self, action):
+        self.steps += 1
+        move = action.strip().lower()
+        if move == "right":
+            self.pos = min(self.pos + 1, self.length - 1)
+        elif move == "left":
+            self.pos = max(self.pos - 1, 0)
+        terminated = self.pos == self.length - 1
+        truncated = not terminated and self.steps >= self.max_steps
+        info = {}
+        if self.numpy_info:
+            info = {"pos": np.int64(self.pos), "cell": (self.pos, 0), "seen": np.arange(3), "half": np.float32(0.5),
+                    "nan": float("nan"), "flag": np.bool_(True), "nested": {1: {"set": {2, 1}}}}
+        return self._obs(), float(terminated), terminated, truncated, info
+
+
+class PartialCredit(gym.Env):
+    """A one-turn QA-like env: "answer: X"; partial credit 0.5 for "almost", success only for "exact"."""
+
+    prompt_style = "qa"
+    instructions = "Answer in one turn as 'answer: X'."
+
+    def __init__(self):
+        self.observation_space = spaces.Text(200)
+        self.action_space = spaces.Text(200)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.q = int(self.np_random.integers(100))
+        return f"Question {self.q}", {"task_id": f"q{self.q}", "task_text": f"question number {self.q}"}
+
+    def step(self, action):
+        answer = action.split(":", 1)[-1].strip()
+        reward = {"exact": 1.0, "almost": 0.5}.get(answer, 0.0)
+        info = {"success": answer == "exact", "feedback": f"answered {answer!r}",
+                "episode_feedback": "Answered correctly." if answer == "exact" else "Answered wrongly."}
+        return "done", reward, True, False, info
+
+
+class Drifting(Corridor):
+    """Not deterministic in its seed: the room number ignores np_random."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.room = random.randrange(10**9)
+        return self._obs(), info
+
+
+def play(env, actions):
+    """Step through ``actions`` until a step starts a new conversation or ends the episode."""
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated or info["new_conversation"]:
+            return obs, reward, terminated, truncated, info
+    raise AssertionError("the actions ran out before the attempt ended")
+
+
+def fail_attempt(env):
+    return play(env, ["left"] * 10)
+
+
+def succeed_attempt(env):
+    return play(env, ["right"] * 10)
+
+
+GOOD_REFLECTION = "Thinking...\n<prompt>Always answer 'right'.</prompt>"
+
+
+# ----------------------------------------------------------------------------- the episode
+
+
+def test_reset_gives_attempt1_with_initial_instructions():
+    env = ReflectionWrapper(Corridor(), memory=ReflectionMemory("remembered rules"))
+    obs, info = env.reset(seed=5)
+    assert info["phase"] == "attempt1" and env.phase == "attempt1"
+    assert info["system_prompt"] == protocol.GENERIC_INSTRUCTIONS  # memory is never used on attempt 1
+    assert info["new_conversation"] is True
+    assert info["task_id"] == "seed-5" and info["episode_seed"] == 5
+    assert info["env_info"] == {}
+    assert info["task_text"] == obs
+    assert env.observation_space.contains(obs)
+
+
+def test_success_on_attempt1_ends_the_episode():
+    env = ReflectionWrapper(Corridor())
+    env.reset(seed=1)
+    obs, reward, terminated, truncated, info = succeed_attempt(env)
+    assert terminated and not truncated and reward == 1.0
+    assert info["attempt"] == 1 and info["phase"] == "attempt1" and info["new_conversation"] is False
+    record = info["record"]
+    assert record["gated"] is True and record["attempt2"] is None and record["reflection"] is None
+    assert record["r1"] == 1.0 and record["r2"] is None and record["attempt1"]["success"] is True
+    assert record["memory_prompt_used"] is None and record["memory_updated"] is False
+
+
+def test_failure_below_the_gate_asks_for_a_reflection():
+    env = ReflectionWrapper(Corridor(max_steps=3))
+    first, _ = env.reset(seed=2)
+    steps = [env.step("left") for _ in range(2)]
+    assert all(not s[2] and not s[3] and s[4]["phase"] == "attempt1" and s[4]["attempt"] == 1 for s in steps)
+    assert all(s[4]["new_conversation"] is False and s[4]["step_info"] == {} for s in steps)
+    obs, reward, terminated, truncated, info = env.step("jump")
+    assert not terminated and not truncated and reward == 0.0
+    assert info["phase"] == "reflect" and info["attempt"] == 1 and info["new_conversation"] is True
+    assert info["system_prompt"] == reflection_prompts.GENERIC_REFLECTION_INSTRUCTIONS
+    # The request: the base prompt, every step (observation, action, reward, effect, done, comment), the outcome.
+    assert obs.startswith("# The instructions you were given\n" + protocol.GENERIC_INSTRUCTIONS)
+    assert obs.count("## Step ") == 3 and first in obs
+    assert "Action:\njump\nReward: 0. Took effect: yes. Done: yes.\nComment: reward 0" in obs
+    assert "Reward: 0. Took effect: yes. Done: no." in obs
+    assert "Return: 0\nFeedback: The episode ended with return 0." in obs
+    assert obs.rstrip().endswith("<prompt>...</prompt>.")
+
+
+def test_gate_threshold_is_configurable():
+    env = ReflectionWrapper(Corridor(), gate_threshold=0.0)
+    env.reset(seed=3)
+    *_, info = fail_attempt(env)
+    assert info["record"]["gated"] is True and info["record"]["r1"] == 0.0
+
+
+def test_gate_uses_the_envs_success_over_the_return():
+    env = ReflectionWrapper(PartialCredit(), gate_threshold=0.5)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("answer: almost")
+    # Return 0.5 reaches the threshold, but the env says the answer is not a success (F1 credit, no exact match).
+    assert reward == 0.5 and not terminated and info["phase"] == "reflect"
+    assert info["system_prompt"] == reflection_prompts.QA_REFLECTION_INSTRUCTIONS
+    assert "Feedback: Answered wrongly." in obs and "Comment: answered 'almost'" in obs
+    obs, reward, terminated, truncated, info = env.step("<prompt>Answer exactly.</prompt>")
+    assert info["system_prompt"] == "Answer exactly.\n" + qa_prompts.QA_FORMAT_REMINDER
+    *_, info = env.step("answer: exact")
+    assert info["record"]["attempt2"]["success"] is True and info["record"]["r2"] == 1.0
+
+
+def test_reflect_step_starts_attempt2_on_the_same_instance():
+    env = ReflectionWrapper(Corridor())
+    first, info0 = env.reset(seed=11)
+    fail_attempt(env)
+    obs, reward, terminated, truncated, info = env.step(GOOD_REFLECTION)
+    assert obs == first  # identical initial observation: same room, same start
+    assert reward == 0.0 and not terminated and not truncated
+    assert info["phase"] == "attempt2" and info["attempt"] is None and info["new_conversation"] is True
+    assert info["system_prompt"] == "Always answer 'right'.\n" + reflection_prompts.GENERIC_FORMAT_REMINDER
+    assert info["reflection_fallback"] is False and info["reflection_fallback_reason"] == ""
+    assert info["episode_seed"] == info0["episode_seed"]
+    obs, reward, terminated, truncated, info = succeed_attempt(env)
+    assert terminated and info["attempt"] == 2 and info["phase"] == "attempt2"
+    record = info["record"]
+    assert record["same_start"] is True and record["gated"] is False
+    assert record["attempt2"]["observations"][0] == record["attempt1"]["observations"][0] == first
+    assert record["attempt2"]["system_prompt"] == "Always answer 'right'.\n" + reflection_prompts.GENERIC_FORMAT_REMINDER
+    assert record["reflection"]["text"] == GOOD_REFLECTION
+    assert record["reflection"]["prompt"] == "Always answer 'right'."
+    assert record["r1"] == 0.0 and record["r2"] == 1.0
+
+
+def test_unseeded_resets_draw_a_seed_and_still_replay_the_instance():
+    env = ReflectionWrapper(Corridor())
+    first, info = env.reset()
+    fail_attempt(env)
+    obs, *_ = env.step(GOOD_REFLECTION)
+    assert obs == first
+    env.reset(seed=7)
+    seeds = [env.reset()[1]["episode_seed"] for _ in range(3)]
+    other = ReflectionWrapper(Corridor())
+    other.reset(seed=7)
+    assert seeds == [other.reset()[1]["episode_seed"] for _ in range(3)]  # seeded generator: reproducible
+
+
+def test_same_seed_same_instance_across_wrappers_and_as_the_bare_env():
+    a, b = ReflectionWrapper(Corridor()), ReflectionWrapper(Corridor())
+    obs_a, _ = a.reset(seed=123)
+    obs_b, _ = b.reset(seed=123)
+    bare, _ = Corridor().reset(seed=123)
+    assert obs_a == obs_b == bare
+    assert a.reset(seed=124)[0] != obs_a
+
+
+def test_options_are_replayed_on_attempt2():
+    env = ReflectionWrapper(Corridor())
+    first, _ = env.reset(seed=4, options={"start": 0})
+    assert "You are at 0." in first
+    fail_attempt(env)
+    obs, *_ , info = env.step(GOOD_REFLECTION)
+    assert obs == first
+    *_, info = succeed_attempt(env)
+    assert info["record"]["options"] == {"start": 0}
+
+
+def test_missing_prompt_tags_fall_back_to_the_base_prompt():
+    env = ReflectionWrapper(Corridor())
+    env.reset(seed=1)
+    fail_attempt(env)
+    obs, reward, terminated, truncated, info = env.step("I should go right next time.")
+    assert info["reflection_fallback"] is True and "no complete <prompt>" in info["reflection_fallback_reason"]
+    assert info["system_prompt"] == protocol.GENERIC_INSTRUCTIONS + "\n" + reflection_prompts.GENERIC_FORMAT_REMINDER
+    *_, info = succeed_attempt(env)
+    assert info["record"]["reflection"]["fallback"] is True
+    assert info["record"]["reflection"]["prompt"] == protocol.GENERIC_INSTRUCTIONS
+
+
+@pytest.mark.parametrize("text, expected, reason", [
+    ("<prompt>a</prompt> then <PROMPT>\n b \n</Prompt>", "b", ""),
+    ("I will write <prompt>...</prompt>. <prompt>real rules</prompt><prompt> </prompt>", "real rules", ""),
+    ("<prompt>  </prompt>", None, "empty"),
+    ("<prompt>cut off before the closing tag", None, "no complete"),
+    ("   \n ", None, "the reflection is empty"),
+])
+def test_extract_prompt(text, expected, reason):
+    prompt, why = extract_prompt(text)
+    assert prompt == expected and reason in why
+
+
+def test_step_info_and_reward_belong_to_the_right_attempt():
+    env = ReflectionWrapper(Corridor(numpy_info=True))
+    env.reset(seed=9)
+    rewards = []
+    while True:
+        phase = env.phase
+        action = {"attempt1": "left", "reflect": GOOD_REFLECTION, "attempt2": "right"}[phase]
+        obs, reward, terminated, truncated, info = env.step(action)
+        rewards.append((phase, info["attempt"], reward, "step_info" in info))
+        if terminated or truncated:
+            break
+    assert all(att == {"attempt1": 1, "reflect": None, "attempt2": 2}[ph] for ph, att, _, _ in rewards)
+    assert all(has == (ph != "reflect") for ph, _, _, has in rewards)
+    assert rewards[-1][2] == 1.0 and sum(r for _, _, r, _ in rewards) == 1.0
+
+
+def test_record_is_json_serialisable_with_numpy_infos():
+    env = ReflectionWrapper(Corridor(numpy_info=True), memory=ReflectionMemory())
+    env.reset(seed=9, options={"start": np.int64(0)})
+    fail_attempt(env)
+    env.step(GOOD_REFLECTION)
+    *_, info = succeed_attempt(env)
+    record = info["record"]
+    text = json.dumps(record, allow_nan=False)
+    back = json.loads(text)
+    assert back == record
+    step = back["attempt1"]["infos"][0]
+    assert step["pos"] == 0 and step["cell"] == [0, 0] and step["seen"] == [0, 1, 2] and step["half"] == 0.5
+    assert step["nan"] == "nan" and step["flag"] is True and step["nested"] == {"1": {"set": [1, 2]}}
+    assert back["options"] == {"start": 0}
+    for key in ("task_id", "episode_seed", "options", "gated", "attempt1", "attempt2", "reflection", "r1", "r2",
+                "memory_updated", "memory_prompt_used"):
+        assert key in back
+    for key in ("system_prompt", "observations", "actions", "rewards", "infos", "return", "success"):
+        assert key in back["attempt1"] and key in back["attempt2"]
+    assert len(back["attempt1"]["observations"]) == len(back["attempt1"]["actions"]) + 1
+    for key in ("request", "system_prompt", "text", "prompt", "fallback"):
+        assert key in back["reflection"]
+
+
+def test_to_jsonable_handles_odd_values():
+    class Thing:
+        def __repr__(self):
+            return "<thing>"
+
+    out = to_jsonable({(1, 2): Thing(), "b": b"\xff ok", "inf": np.float64("-inf")})
+    json.dumps(out, allow_nan=False)
+    assert out["[1, 2]"] == "<thing>"
+    assert out["b"] == "\ufffd ok" and out["inf"] == "-inf"
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_non_str_actions_raise_type_error_naming_the_type():
+    env = ReflectionWrapper(Corridor())
+    env.reset(seed=0)
+    for bad, name in ((None, "NoneType"), (3, "int"), (["left"], "list")):
+        with pytest.raises(TypeError, match=name):
+            env.step(bad)
+    with pytest.raises(TypeError, match="bytes.*decode"):
+        env.step(b"left")
+    fail_attempt(env)
+    assert env.phase == "reflect"
+    with pytest.raises(TypeError, match="bytes.*decode"):
+        env.step("<prompt>ok</prompt>".encode("utf-16"))  # non-UTF-8 bytes
+    with pytest.raises(TypeError, match="int"):
+        env.step(0)
+    assert env.phase == "reflect"  # the bad input changed nothing
+    obs, *_, info = env.step("<prompt>still fine</prompt>")
+    assert info["phase"] == "attempt2"
+
+
+def test_a_one_megabyte_reflection_is_truncated_before_extraction():
+    env = ReflectionWrapper(Corridor(), max_reflection_chars=1000)
+    env.reset(seed=0)
+    fail_attempt(env)
+    huge = "<prompt>Go right.</prompt>" + "x" * 1_000_000
+    obs, reward, terminated, truncated, info = env.step(huge)
+    assert info["reflection_fallback"] is False and info["system_prompt"].startswith("Go right.\n")
+    *_, info = succeed_attempt(env)
+    reflection = info["record"]["reflection"]
+    assert reflection["truncated"] is True and reflection["original_chars"] == len(huge)
+    assert len(reflection["text"]) == 1000
+    # A prompt that only starts after the cut is missing: fallback, no crash.
+    env.reset(seed=0)
+    fail_attempt(env)
+    *_, info = env.step("y" * 1_000_000 + "<prompt>too late</prompt>")
+    assert info["reflection_fallback"] is True
+
+
+def test_default_cut_is_max_reflection_chars():
+    env = ReflectionWrapper(Corridor())
+    env.reset(seed=0)
+    fail_attempt(env)
+    env.step("z" * 1_000_000)
+    *_, info = succeed_attempt(env)
+    assert len(info["record"]["reflection"]["text"]) == 20_000
+
+
+def test_empty_and_undecodable_reflections_are_handled():
+    env = ReflectionWrapper(Corridor(), memory=ReflectionMemory())
+    env.reset(seed=0)
+    fail_attempt(env)
+    *_, info = env.step("")
+    assert info["reflection_fallback"] is True and "empty" in info["reflection_fallback_reason"]
+    *_, info = succeed_attempt(env)
+    assert info["record"]["memory_updated"] is False  # a fallback is never remembered
+
+    # Bytes decoded leniently keep lone surrogates; the record must still be writable as UTF-8.
+    text = b"<prompt>go \xff\xfe right</prompt>".decode("utf-8", errors="surrogateescape")
+    env.reset(seed=0)
+    fail_attempt(env)
+    *_, info = env.step(text)
+    assert info["reflection_fallback"] is False
+    *_, info = succeed_attempt(env)
+    json.dumps(info["record"], ensure_ascii=False).encode("utf-8")
+    assert env.memory.get() == "go ?? right"
+
+
+def test_stepping_before_reset_or_after_the_end_raises():
+    env = ReflectionWrapper(Corridor())
+    with pytest.raises(gym.error.ResetNeeded, match="before reset"):
+        env.step("left")
+    env.reset(seed=1)
+    succeed_attempt(env)
+    assert env.phase == "done"
+    with pytest.raises(gym.error.ResetNeeded, match="ended"):
+        env.step("left")
+
+
+@pytest.mark.parametrize("stop_in", ["attempt1", "reflect", "attempt2"])
+def test_reset_mid_episode_starts_a_fresh_episode(stop_in):
+    env = ReflectionWrapper(Corridor(), memory=ReflectionMemory())
+    env.reset(seed=1)
+    if stop_in != "attempt1":
+        fail_attempt(env)
+    if stop_in == "attempt2":
+        env.step(GOOD_REFLECTION)
+        env.step("left")
+    assert env.phase == stop_in
+    first, info = env.reset(seed=2)
+    assert info["phase"] == "attempt1" and info["episode_seed"] == 2
+    *_, info = succeed_attempt(env)
+    record = info["record"]
+    assert record["attempt1"]["observations"][0] == first and record["gated"] is True
+    assert record["reflection"] is None and env.memory.get() is None
+
+
+def test_constructor_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="no_reflection"):
+        ReflectionWrapper(Corridor(), no_reflection=True, reflector=RuleReflector())
+    with pytest.raises(TypeError, match="memory"):
+        ReflectionWrapper(Corridor(), memory="slot")
+    with pytest.raises(TypeError, match="reflector"):
+        ReflectionWrapper(Corridor(), reflector="rules")
+    with pytest.raises(ValueError, match="max_reflection_chars"):
+        ReflectionWrapper(Corridor(), max_reflection_chars=0)
+    with pytest.raises(TypeError, match="gate_threshold"):
+        ReflectionWrapper(Corridor(), gate_threshold="high")
+    with pytest.raises(ValueError, match="non-negative"):
+        ReflectionWrapper(Corridor()).reset(seed=-1)
+
+
+def test_overridden_prompts_are_used():
+    env = ReflectionWrapper(Corridor(), reflection_instructions="REFLECT NOW", format_reminder="SAY right")
+    env.reset(seed=0)
+    *_, info = fail_attempt(env)
+    assert info["system_prompt"] == "REFLECT NOW"
+    *_, info = env.step("<prompt>P</prompt>")
+    assert info["system_prompt"] == "P\nSAY right"
+
+
+def test_a_nondeterministic_env_is_reported():
+    env = ReflectionWrapper(Drifting())
+    env.reset(seed=0)
+    fail_attempt(env)
+    with pytest.warns(RuntimeWarning, match="deterministic"):
+        env.step(GOOD_REFLECTION)
+    *_, info = succeed_attempt(env)
+    assert info["record"]["same_start"] is False
+
+
+# ----------------------------------------------------------------------------- memory rules
+
+
+def run_episode(env, seed, attempt1, reflection, attempt2):
+    env.reset(seed=seed)
+    play(env, attempt1)
+    if env.phase == "reflect":
+        env.step(reflection)
+    return play(env, attempt2)[-1]["record"]
+
+
+def test_memory_is_updated_only_when_attempt2_succeeds_with_a_real_prompt():
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(Corridor(), memory=memory)
+    record = run_episode(env, 0, ["left"] * 9, "<prompt>first</prompt>", ["left"] * 9)
+    assert record["memory_updated"] is False and memory.get() is None
+    record = run_episode(env, 0, ["left"] * 9, "<prompt>second</prompt>", ["right"] * 9)
+    assert record["memory_updated"] is True and memory.get() == "second"
+    record = run_episode(env, 0, ["left"] * 9, "no tags", ["right"] * 9)
+    assert record["memory_updated"] is False and memory.get() == "second"
+
+
+def test_memory_is_the_base_of_the_next_reflection_only():
+    memory = ReflectionMemory("REMEMBERED RULEBOOK")
+    env = ReflectionWrapper(Corridor(), memory=memory)
+    obs, info = env.reset(seed=3)
+    assert "REMEMBERED" not in info["system_prompt"]
+    obs, *_, info = fail_attempt(env)
+    assert obs.startswith("# The instructions you were given\nREMEMBERED RULEBOOK\n")
+    *_, info = env.step("no tags at all")  # the fallback is the base prompt, i.e. the memory
+    assert info["system_prompt"].startswith("REMEMBERED RULEBOOK\n")
+    *_, info = succeed_attempt(env)
+    assert info["record"]["memory_prompt_used"] == "REMEMBERED RULEBOOK"
+    assert info["record"]["base_prompt_from_memory"] is True
+
+
+def test_memory_threshold_is_configurable():
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(Corridor(), memory=memory, memory_threshold=0.0)
+    record = run_episode(env, 0, ["left"] * 9, "<prompt>anything</prompt>", ["left"] * 9)
+    assert record["r2"] == 0.0 and record["memory_updated"] is True and memory.get() == "anything"
+
+
+def test_shared_memory_across_wrappers():
+    memory = ReflectionMemory()
+    a = ReflectionWrapper(Corridor(), memory=memory)
+    b = ReflectionWrapper(Corridor(), memory=memory)
+    run_episode(a, 0, ["left"] * 9, "<prompt>from a</prompt>", ["right"] * 9)
+    b.reset(seed=1)
+    obs, *_ = fail_attempt(b)
+    assert "from a" in obs
+
+
+def test_no_memory_ablation_never_reads_or_writes_memory():
+    memory = ReflectionMemory("OLD")
+    env = ReflectionWrapper(Corridor(), memory=memory, no_memory=True)
+    env.reset(seed=0)
+    obs, *_ = fail_attempt(env)
+    assert "OLD" not in obs and protocol.GENERIC_INSTRUCTIONS in obs
+    env.step("<prompt>new</prompt>")
+    *_, info = succeed_attempt(env)
+    assert info["record"]["memory_updated"] is False and memory.get() == "OLD"
+    assert info["record"]["r2"] == 1.0
+
+
+def test_no_reflection_ablation_gives_attempt2_the_raw_trace():
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(Corridor(max_steps=2), memory=memory, no_reflection=True)
+    first, info0 = env.reset(seed=6)
+    env.step("left")
+    obs, reward, terminated, truncated, info = env.step("up")
+    assert not terminated and not truncated and obs == first
+    assert info["phase"] == "attempt2" and info["new_conversation"] is True and info["attempt"] == 1
+    system = info["system_prompt"]
+    assert system.startswith(protocol.GENERIC_INSTRUCTIONS + "\n\n" + reflection_prompts.NO_REFLECTION_NOTE)
+    assert "## Step 1" in system and "## Step 2" in system and "Action:\nup" in system
+    *_, info = succeed_attempt(env)
+    record = info["record"]
+    assert record["reflection"] is None and record["memory_updated"] is False and memory.get() is None
+    assert record["attempt2"]["system_prompt"] == system and record["r2"] == 1.0
+
+
+def test_retrieval_memory_gives_each_task_its_own_reflection():
+    memory = RetrievalMemory(capacity=8)
+    env = ReflectionWrapper(PartialCredit(), memory=memory)
+    seeds = {}
+    for seed in range(40):  # find two seeds with different questions
+        q = PartialCredit().reset(seed=seed)[1]["task_text"]
+        seeds.setdefault(q, seed)
+        if len(seeds) == 2:
+            break
+    (qa, sa), (qb, sb) = seeds.items()
+    for seed, rule in ((sa, "rule A"), (sb, "rule B")):
+        env.reset(seed=seed)
+        env.step("answer: no")
+        env.step(f"<prompt>{rule}</prompt>")
+        *_, info = env.step("answer: exact")
+        assert info["record"]["memory_updated"] is True
+    env.reset(seed=sa)
+    obs, *_ = env.step("answer: no")
+    assert "rule A" in obs and "rule B" not in obs
+
+
+# ----------------------------------------------------------------------------- reflectors in the loop
+
+
+def test_a_reflector_runs_inside_the_wrapper():
+    calls = []
+
+    def reflector(request):
+        calls.append(request)
+        return "<prompt>Go right every time.</prompt>"
+
+    env = ReflectionWrapper(Corridor(), reflector=reflector)
+    first, _ = env.reset(seed=8)
+    obs, reward, terminated, truncated, info = fail_attempt(env)
+    assert obs == first and info["phase"] == "attempt2" and info["attempt"] == 1
+    assert info["new_conversation"] is True and "step_info" in info
+    assert info["system_prompt"].startswith("Go right every time.\n")
+    request = calls[0]
+    assert isinstance(request, ReflectionRequest) and request.style == "generic"
+    assert request.messages()[0] == {"role": "system", "content": reflection_prompts.GENERIC_REFLECTION_INSTRUCTIONS}
+    assert request.steps[0].action == "left" and request.total_return == 0.0
+    *_, info = succeed_attempt(env)
+    assert info["record"]["reflection"]["request"] == request.text
+    assert info["record"]["reflection"]["text"] == "<prompt>Go right every time.</prompt>"
+
+
+def test_a_reflector_returning_non_text_is_an_error():
+    env = ReflectionWrapper(Corridor(), reflector=lambda request: None)
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match="returned NoneType"):
+        fail_attempt(env)
+
+
+def route_from(system_prompt):
+    match = re.search(r"route on this board.*?: ([A-Za-z, ]+) \(\d+ moves?\)", system_prompt)
+    return match.group(1).split(", ") if match else None
+
+
+def test_frozen_lake_rule_reflector_episode():
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=(4, 6)), memory=memory, reflector=RuleReflector())
+    solved = 0
+    for seed in range(12):
+        first, info = env.reset(seed=seed)
+        assert info["system_prompt"] == grid_prompts.GRID_INSTRUCTIONS
+        obs, reward, terminated, truncated, info = play(env, ["```Up```"] * 8)
+        if terminated or truncated:
+            continue  # Up all the way happened to win
+        assert obs == first and info["phase"] == "attempt2"
+        # The <prompt> tags' content is the new system prompt: the rulebook with its own sections.
+        assert "<prompt>" not in info["system_prompt"] and "<game_rules>" in info["system_prompt"]
+        assert info["system_prompt"].endswith(grid_prompts.GRID_FORMAT_REMINDER)
+        route = route_from(info["system_prompt"])
+        *_, info = play(env, [f"```{move}```" for move in route])
+        assert info["record"]["r2"] == 1.0 and info["record"]["memory_updated"] is True
+        assert info["record"]["same_start"] is True
+        json.dumps(info["record"])
+        solved += 1
+    assert solved >= 6 and "Symbols:" in memory.get()
+
+
+def test_frozen_lake_agent_written_reflection():
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0"))
+    first, _ = env.reset(seed=21)
+    obs, reward, terminated, truncated, info = play(env, ["nonsense"] * 8)
+    assert info["phase"] == "reflect" and info["system_prompt"] == reflection_prompts.GRID_REFLECTION_INSTRUCTIONS
+    assert "Feedback: No valid actions" in obs and "Comment: could not parse the action" in obs
+    obs, *_, info = env.step("<prompt>Rules: A is you.</prompt>")
+    assert obs == first and info["system_prompt"] == "Rules: A is you.\n" + grid_prompts.GRID_FORMAT_REMINDER
+
+
+# ----------------------------------------------------------------------------- vector envs
+
+
+def scripted_action(phase, env_index):
+    """Env 0 wins at once (gated), env 1 fails then wins, env 2 fails twice: episodes of different lengths."""
+    if phase == "reflect":
+        return GOOD_REFLECTION if env_index != 1 else "no tags"
+    if phase == "attempt1":
+        return "right" if env_index == 0 else "left"
+    return "right" if env_index == 1 else "left"
+
+
+@pytest.mark.parametrize("vector_cls", [ReflectionSyncVectorEnv, ReflectionAsyncVectorEnv])
+def test_vector_env_of_wrapped_envs(vector_cls):
+    memory = ReflectionMemory()
+    n = 3
+    envs = vector_cls([lambda: ReflectionWrapper(Corridor(), memory=memory) for _ in range(n)])
+    try:
+        obs, info = envs.reset(seed=[10, 11, 12])
+        assert list(info["phase"]) == ["attempt1"] * n and info["new_conversation"].all()
+        phases = list(info["phase"])
+        records = [None] * n
+        for _ in range(40):
+            actions = tuple(scripted_action(phases[i], i) for i in range(n))
+            obs, reward, terminated, truncated, info = envs.step(actions)
+            phases = list(info["phase"])
+            for i in range(n):
+                if (terminated[i] or truncated[i]) and records[i] is None:
+                    assert info["_record"][i]
+                    records[i] = info["record"][i]
+            if all(r is not None for r in records):
+                break
+        assert records[0]["gated"] is True and records[0]["attempt2"] is None
+        assert records[1]["reflection"]["fallback"] is True and records[1]["r2"] == 1.0
+        assert records[2]["reflection"]["fallback"] is False and records[2]["r2"] == 0.0
+        lengths = [len(r["attempt1"]["actions"]) + len((r["attempt2"] or {"actions": []})["actions"]) for r in records]
+        assert len(set(lengths)) > 1
+        for r in records:
+            json.dumps(r)
+        assert memory.get() is None  # env 1 succeeded on a fallback, env 2 failed: nothing to remember
+    finally:
+        envs.close()
+
+
+def test_sync_vector_env_shares_memory():
+    memory = ReflectionMemory()
+    envs = ReflectionSyncVectorEnv([lambda: ReflectionWrapper(Corridor(), memory=memory) for _ in range(2)])
+    envs.reset(seed=[1, 2])
+    phases = ["attempt1", "attempt1"]
+    updated = [None, None]
+    for _ in range(20):
+        actions = tuple({"attempt1": "left", "reflect": f"<prompt>shared {i}</prompt>", "attempt2": "right"}[p]
+                        for i, p in enumerate(phases))
+        _, _, terminated, truncated, info = envs.step(actions)
+        phases = list(info["phase"])
+        for i in range(2):
+            if (terminated[i] or truncated[i]) and updated[i] is None:
+                updated[i] = info["record"][i]["memory_updated"]
+        if None not in updated:
+            break
+    assert updated == [True, True] and memory.get() in ("shared 0", "shared 1") and memory.updates >= 2
+
+
+def test_spaces_contain_everything_the_wrapper_emits():
+    env = ReflectionWrapper(Corridor())
+    assert isinstance(env.observation_space, FreeText)
+    obs, _ = env.reset(seed=0)
+    request, *_ = fail_attempt(env)
+    assert env.observation_space.contains(obs) and env.observation_space.contains(request)
+    assert env.action_space.contains("\u00e9t\u00e9 <prompt>\u2192</prompt>")
+    assert not env.observation_space.contains(b"bytes")
+    assert isinstance(env.observation_space.sample(), str)
+
+
+def test_lazy_export():
+    assert erl_envs.ReflectionWrapper is ReflectionWrapper
+
+
+class Mutating(Corridor):
+    """Consumes its options in place, as some envs do."""
+
+    def reset(self, *, seed=None, options=None):
+        start = options.pop("start") if options else None
+        obs, info = super().reset(seed=seed)
+        if start is not None:
+            self.pos = start
+            obs = self._obs()
+        return obs, info
+
+
+def test_an_env_that_edits_its_options_still_replays_the_instance():
+    env = ReflectionWrapper(Mutating())
+    options = {"start": 0}
+    first, _ = env.reset(seed=4, options=options)
+    assert options == {"start": 0}  # the caller's dict is untouched too
+    fail_attempt(env)
+    obs, *_ = env.step(GOOD_REFLECTION)
+    assert obs == first and "You are at 0." in obs
+
+
+def test_check_env_passes_on_the_wrapper():
+    from gymnasium.utils.env_checker import check_env
+
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0").unwrapped, memory=ReflectionMemory(),
+                            reflector=RuleReflector())
+    with pytest.warns(UserWarning, match="different from the unwrapped"):
+        check_env(env, skip_render_check=True)
+
+
+def test_reflect_demo_runs(capsys, tmp_path):
+    import runpy
+
+    demo = runpy.run_path(str(ROOT / "examples" / "reflect_demo.py"))
+    record = demo["main"](["--seed", "0", "--size", "4", "--memory", str(tmp_path / "memory.json")])
+    out = capsys.readouterr().out
+    assert record["r1"] == 0.0 and record["r2"] == 1.0 and record["memory_updated"] is True
+    assert "RuleReflector wrote this system prompt" in out and "<game_rules>" in out and "[attempt2]" in out
+    assert ReflectionMemory.load(tmp_path / "memory.json").get() == record["reflection"]["prompt"]
+
+
+def test_a_failing_reflector_leaves_the_episode_waiting_for_a_reflection():
+    def broken(request):
+        raise ConnectionError("model server down")
+
+    env = ReflectionWrapper(Corridor(), reflector=broken)
+    first, _ = env.reset(seed=2)
+    with pytest.raises(ConnectionError):
+        fail_attempt(env)
+    assert env.phase == "reflect"
+    obs, *_, info = env.step("<prompt>written by hand</prompt>")
+    assert obs == first and info["system_prompt"].startswith("written by hand\n")

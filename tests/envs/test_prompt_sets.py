@@ -1,0 +1,99 @@
+"""The two prompt sets: the paper set carries every information element of the reference's prompts (docs/fidelity.md),
+the lenient set stays the default of the envs, and both are chosen by one env argument."""
+
+import gymnasium as gym
+import pytest
+
+import erl_envs  # noqa: F401
+from erl_envs.grid import prompts as grid_prompts
+from erl_envs.reflection import ReflectionWrapper
+
+GRID_IDS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0")
+
+
+def _fail_and_reflect(env_id, **kwargs):
+    """A wrapped env whose first attempt wastes its budget (one unreadable reply, then bumps); returns the request."""
+    env = ReflectionWrapper(gym.make(env_id, prompts="paper", **kwargs))
+    env.reset(seed=3)
+    replies = ["I am not sure", "```Up```", "```Left```", "```Down```", "```Right```"] * 4
+    obs, info = None, {}
+    for reply in replies:
+        obs, reward, terminated, truncated, info = env.step(reply)
+        if env.phase != "attempt1":
+            break
+    return env, obs, info
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_system_prompt_asks_for_structured_reasoning_and_the_reply_format(env_id):
+    text = gym.make(env_id, prompts="paper").unwrapped.instructions
+    for element in ("reasoning engine", "best guesses", "NEXT ACTION", "<reason>", "Value of the state",
+                    "High / Medium / Low", "two most promising actions", "result, because", "Up, Down, Left and Right",
+                    "```Up```"):
+        assert element in text, element
+    push_rule = "push a box only when the cell behind it"
+    assert (push_rule in text) == (env_id == "ERL-Sokoban-v0")
+
+
+def test_lenient_set_stays_the_default_and_names_no_game():
+    for env_id in GRID_IDS:
+        env = gym.make(env_id).unwrapped
+        assert env.prompt_set == "lenient" and env.instructions == grid_prompts.GRID_INSTRUCTIONS
+    with pytest.raises(ValueError, match="prompts"):
+        gym.make("ERL-FrozenLake-v0", prompts="verbose")
+
+
+def test_paper_sokoban_step_messages_speak_of_walls_and_pushing():
+    env = gym.make("ERL-Sokoban-v0", prompts="paper")
+    env.reset(options={"level": ["#####", "#@$.#", "#   #", "#####"]})
+    obs = env.step("```Up```")[0]  # into the wall
+    assert "wall" in obs and "blocked" in obs and "Not solved yet" in obs and "Steps remaining: 7" in obs
+    obs = env.step("```Down```")[0]
+    assert "worked (you moved, or pushed a box)" in obs and "not solved yet" in obs
+    env.step("```Up```")
+    obs, reward, terminated, *_ = env.step("```Right```")  # pushes the box onto the goal
+    assert terminated and reward == 1.0 and "worked" not in obs  # no "plan your next move" after the end
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_reflection_request_lists_every_element(env_id):
+    env, request, info = _fail_and_reflect(env_id)
+    assert env.phase == "reflect"
+    game = "FrozenLake" if "Frozen" in env_id else "Sokoban"
+    assert f"A failed attempt at {game}" in request and f"improved {game} rulebook" in request
+    assert "Board seen before the action:" in request  # the grid of every step
+    assert "Action read from the reply: Up" in request  # the parsed action, not the raw reply
+    assert "Action read from the reply: none" in request and "I am not sure" not in request
+    assert "Reward: 0." in request and "Took effect: no" in request and "Episode ended: yes" in request
+    assert ("After it: player at" in request) == (game == "Sokoban")
+    assert ("boxes at" in request and "goals at" in request) == (game == "Sokoban")
+    assert "## Outcome" in request and "Feedback:" in request
+    system = info["system_prompt"]
+    for part in ("Symbol Meanings", "Information & Interpretation", "Gameplay & Actions", "Action Effects",
+                 "Game Objective & Termination", "Core Strategies", "Tactical Tips", "<prompt>"):
+        assert part in system, part
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_retry_gets_the_games_reminder(env_id):
+    env, request, info = _fail_and_reflect(env_id)
+    obs, reward, terminated, truncated, info = env.step("<prompt>Walk to the goal.</prompt>")
+    assert info["system_prompt"].startswith("Walk to the goal.")
+    assert grid_prompts.PAPER_SET["reminder"][env.game_name] in info["system_prompt"]
+
+
+def test_lenient_request_is_unchanged():
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0"))
+    env.reset(seed=3)
+    while env.phase == "attempt1":
+        obs, *_ = env.step("no idea")
+    assert obs.startswith("# The instructions you were given\n") and "no idea" in obs
+
+
+def test_paper_texts_do_not_change_the_tiny_tokenizer_corpus():
+    """The trainer trains the tiny tokenizer on the prompt modules' constant strings; the paper set lives in dicts."""
+    from erl_agents.envs import prompt_constants
+
+    constants = prompt_constants()
+    assert len(constants) == 16 and grid_prompts.GRID_INSTRUCTIONS in constants
+    assert not any("reasoning engine" in text or "Master Rulebook" in text for text in constants)

@@ -1,0 +1,100 @@
+"""Bounded JSON/YAML parsing (erl_envs/safe_parse.py) and the loaders that use it: a bad file is named with the
+place of the problem, never a RecursionError or OverflowError from deep inside a library."""
+
+import json
+import re
+
+import pytest
+import torch
+
+from erl_agents import checkpoint as ckpt
+from erl_agents.config import build_config
+from erl_envs.qa.data import DataError, load_questions
+from erl_envs.reflection.memory import ReflectionMemory, load_memory
+from erl_envs.safe_parse import loads_json, loads_yaml, nesting_depth
+from erl_envs.grid.sokoban_levels import LevelError, load_levels
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_loads_json_refuses_depth_overflow_and_nan_with_the_place():
+    with pytest.raises(json.JSONDecodeError, match="nested deeper than 100 levels: line 1 column 101"):
+        loads_json(DEEP)
+    with pytest.raises(json.JSONDecodeError, match="the number 1e400 is not a finite float: line 2 column 13"):
+        loads_json('{"a": 1,\n "updates": 1e400}')
+    with pytest.raises(json.JSONDecodeError, match="NaN is not a finite float"):
+        loads_json('[NaN]')
+    with pytest.raises(json.JSONDecodeError, match="more than the 10 allowed"):
+        loads_json("[" + "1," * 10 + "1]", max_chars=10)
+    text = '{"a\\\\": "[[[{{{", "b": [[1]]}'  # brackets inside strings and escapes do not count
+    assert loads_json(text, max_depth=3) == {"a\\": "[[[{{{", "b": [[1]]}
+
+
+def test_loads_yaml_names_the_source_and_place_and_survives_depth_and_aliases():
+    with pytest.raises(ValueError, match="run.yaml: line 3, column 2: not valid YAML .expected ',' or ']'"):
+        loads_yaml("a: 1\nb: [1\nc: 2\n", "run.yaml")
+    with pytest.raises(ValueError, match="run.yaml: nested deeper than"):
+        loads_yaml(DEEP, "run.yaml")
+    bomb = "a: &a [x, x]\n" + "".join(f"{c}: &{c} [*{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    assert nesting_depth(loads_yaml(bomb, "bomb.yaml")) == 10  # shared lists measured once: no exponential walk
+    with pytest.raises(ValueError, match="nested deeper than"):
+        loads_yaml("a: &a [1, *a]\n", "loop.yaml")
+
+
+def test_a_memory_file_with_an_overflowing_count_is_named(tmp_path):
+    path = tmp_path / "memory.json"
+    ReflectionMemory("a rule").save(path)
+    path.write_text(re.sub(r'"updates": \d+', '"updates": 1e400', path.read_text()))
+    with pytest.raises(ValueError, match=f"{path.name}.*not a memory file.*1e400 is not a finite float: line"):
+        load_memory(path)
+    path.write_text('{"kind": ' + DEEP + "}")
+    with pytest.raises(ValueError, match=f"{path.name}.*nested deeper than 100 levels: line 1"):
+        ReflectionMemory.load(path)
+
+
+def test_deeply_nested_level_and_data_files_are_named_with_their_line(tmp_path):
+    levels = tmp_path / "levels.jsonl"
+    levels.write_text('{"layout": ["#####", "#@$.#", "#####"]}\n{"layout": ' + DEEP + "}\n")
+    with pytest.raises(LevelError, match=f"{levels}: line 2: invalid JSON \\(nested deeper than 100 levels\\)"):
+        load_levels(levels)
+    data = tmp_path / "questions.json"
+    data.write_text(DEEP)
+    with pytest.raises(DataError, match=f"{data}: not valid JSON \\(nested deeper than 100 levels"):
+        load_questions(str(data))
+    lines = tmp_path / "questions.jsonl"
+    lines.write_text('{"question": "q", "answer": 1e999}\n')
+    with pytest.raises(DataError, match=f"{lines}, line 1: not valid JSON \\(the number 1e999 is not a finite"):
+        load_questions(str(lines))
+
+
+def test_a_nested_or_malformed_config_file_is_one_value_error(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"steps": ' + DEEP + "}")
+    with pytest.raises(ValueError, match="config file .*run.json: line 1, column 110: nested deeper than 100"):
+        build_config(file=path)
+    path.write_text("x" * (2 << 20))
+    with pytest.raises(ValueError, match="too large for a config file"):
+        build_config(file=path)
+
+
+@pytest.mark.parametrize("manifest,problem", [
+    ({"bytes": 1, "sha256": "0" * 64}, "has no 'step' field"),
+    ({"step": "2", "bytes": 1, "sha256": "0" * 64}, "field 'step' is '2', expected the checkpoint's step \\(2\\)"),
+    ({"step": 2.0, "bytes": 1, "sha256": "0" * 64}, "field 'step' is 2.0"),
+    ({"step": 3, "bytes": 1, "sha256": "0" * 64}, "field 'step' is 3"),
+    ({"step": 2, "bytes": -1, "sha256": "0" * 64}, "field 'bytes' is -1"),
+    ({"step": 2, "bytes": 1, "sha256": "xyz"}, "field 'sha256' is 'xyz'"),
+    ({"step": 2, "file": "other.pt", "bytes": 1, "sha256": "0" * 64}, "field 'file' is 'other.pt'"),
+    ([2], "is not a JSON object"),
+    ({"step": 2, "bytes": 1e400, "sha256": "0" * 64}, "is unreadable"),
+])
+def test_a_manifest_field_that_is_wrong_falls_back_to_the_previous_checkpoint(tmp_path, manifest, problem):
+    ckpt.save_checkpoint(tmp_path, 1, {"weights": torch.ones(2)}, keep=0)
+    newest = ckpt.save_checkpoint(tmp_path, 2, {"weights": torch.zeros(2)}, keep=0)
+    text = json.dumps(manifest).replace("1e+400", "1e400").replace("Infinity", "1e400")
+    newest.with_suffix(".json").write_text(text)
+    with pytest.raises(ckpt.CorruptCheckpointError, match=problem):
+        ckpt.verify_checkpoint(newest)
+    with pytest.warns(RuntimeWarning, match=f"step_000002.pt: its manifest step_000002.json {problem}"):
+        path, state = ckpt.load_latest_checkpoint(tmp_path)
+    assert state["step"] == 1
