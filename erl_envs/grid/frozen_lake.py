@@ -266,8 +266,8 @@ _REACHED = tuple(MoveOutcome(True, 1.0, True, f"moved {name} and reached the goa
 # Frozen flags (one byte per cell, 1 frozen, 0 hole) to map letters, and to binary digits, each in one C call.
 _FLAGS_TO_CHARS = bytes.maketrans(b"\x00\x01", b"HF")
 _FLAGS_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
-# Map letters to 1 for a hole and 0 for anything else.
-_HOLES_MARKED = bytes.maketrans(b"HFSG", b"\x01\x00\x00\x00")
+# Map letters, or frozen flags, to 1 for a hole and 0 for anything else.
+_HOLES_MARKED = bytes.maketrans(b"HFSG\x00\x01", b"\x01\x00\x00\x00\x01\x00")
 
 
 def _flag_bits(flags: bytearray) -> int:
@@ -321,7 +321,8 @@ def _neighbour_table(n: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int) -> bool:
-    """The reference generator's acceptance test: a depth-limited depth-first search from the start.
+    """The reference generator's acceptance test: a depth-limited depth-first search from the start. ``flat`` is the
+    board as letters (``S``/``F``/``H``/``G``) or as frozen flags (byte 1 frozen, 0 hole).
 
     It is not a shortest-path test: a cell is marked the first time it is popped, possibly at a larger depth than a
     later route would give, so some maps whose goal is 6 moves away are still rejected. Reproduced step for step
@@ -354,7 +355,8 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
 
 
 def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, int, int, int]:
-    """The reference code's FrozenLake generator: (flattened map, start index, goal index, shortest path length).
+    """The reference code's FrozenLake generator: (flattened map, start index, goal index, shortest path length),
+    for a side ``n`` of at least 2.
 
     Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
     (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
@@ -371,10 +373,22 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))
     reach = PAPER_SEARCH_DEPTH + 1
+    random = rng.random
+    # The four cells' bounded draws are draws.integers(rng, n, 4) inlined, with the bit generator's ctypes
+    # interface fetched once per map rather than once per try: this loop runs several times on every reset.
+    bits = rng.bit_generator.ctypes
+    next_uint32, state = bits.next_uint32, bits.state
+    rejected_below = (2**32 - n) % n  # Lemire's method redraws a product whose low word is below this
     while True:
-        board_draws = rng.random(n * n)
+        board_draws = random(n * n)
         while True:
-            sr, sc, gr, gc = draws.integers(rng, n, 4)
+            cell = []
+            for _ in range(4):
+                m = next_uint32(state) * n
+                while m & 0xFFFFFFFF < rejected_below:
+                    m = next_uint32(state) * n
+                cell.append(m >> 32)
+            sr, sc, gr, gc = cell
             if sr != gr or sc != gc:
                 break
         if abs(sr - gr) + abs(sc - gc) > reach:
@@ -385,9 +399,9 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
         shortest = _bfs_length(_flag_bits(flags), n, n, start, goal, reach)
         if shortest is None:
             continue
-        board = flags.translate(_FLAGS_TO_CHARS)
-        board[start], board[goal] = 83, 71  # "S", "G"
-        if shortest <= 2 or _paper_search_accepts(board, n, start, goal):
+        if shortest <= 2 or _paper_search_accepts(flags, n, start, goal):
+            board = flags.translate(_FLAGS_TO_CHARS)
+            board[start], board[goal] = 83, 71  # "S", "G"
             return board.decode("ascii"), start, goal, shortest
 
 
