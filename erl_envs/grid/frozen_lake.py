@@ -321,8 +321,8 @@ def _neighbour_table(n: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int) -> bool:
-    """The reference generator's acceptance test: a depth-limited depth-first search from the start. ``flat`` is the
-    board as letters (``S``/``F``/``H``/``G``) or as frozen flags (byte 1 frozen, 0 hole).
+    """The reference generator's acceptance test, a depth-limited depth-first search from the start, on ``flat``:
+    the board as letters (``S``/``F``/``H``/``G``) or as frozen flags (byte 1 frozen, 0 hole).
 
     It is not a shortest-path test: a cell is marked the first time it is popped, possibly at a larger depth than a
     later route would give, so some maps whose goal is 6 moves away are still rejected. Reproduced step for step
@@ -332,8 +332,7 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
     # search pops at its last depth are only looked at for the goal beside them (their pushes would be skipped).
     neighbours = _neighbour_table(n)
     last = PAPER_SEARCH_DEPTH
-    # Holes are never pushed, so never marked; marking them up front saves a test per neighbour.
-    seen = bytearray(flat).translate(_HOLES_MARKED)
+    seen = bytearray(flat).translate(_HOLES_MARKED)  # holes are never pushed: marked up front, one test fewer
     # A stack entry is cell * 8 + moves (moves <= 5): one int, no tuple to build and unpack.
     stack = [start * 8]
     pop, push = stack.pop, stack.append
@@ -355,8 +354,7 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
 
 
 def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, int, int, int]:
-    """The reference code's FrozenLake generator: (flattened map, start index, goal index, shortest path length),
-    for a side ``n`` of at least 2.
+    """The reference code's FrozenLake generator (side n >= 2): (flattened map, start, goal, shortest path length).
 
     Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
     (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
@@ -373,12 +371,9 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))
     reach = PAPER_SEARCH_DEPTH + 1
-    random = rng.random
-    # The four cells' bounded draws are draws.integers(rng, n, 4) inlined, with the bit generator's ctypes
-    # interface fetched once per map rather than once per try: this loop runs several times on every reset.
-    bits = rng.bit_generator.ctypes
-    next_uint32, state = bits.next_uint32, bits.state
-    rejected_below = (2**32 - n) % n  # Lemire's method redraws a product whose low word is below this
+    # draws.integers(rng, n, 4) inlined, the bit generator's interface fetched once per map, not once per try.
+    random, bits = rng.random, rng.bit_generator.ctypes
+    next_uint32, state, rejected_below = bits.next_uint32, bits.state, (2**32 - n) % n  # (Lemire's method)
     while True:
         board_draws = random(n * n)
         while True:
