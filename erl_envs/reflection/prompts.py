@@ -136,7 +136,9 @@ def format_reminder(style: str, prompt_set: str = "lenient", game: str | None = 
     _check_style(style)
     if style == "grid":
         return grid_prompts.format_reminder(prompt_set, game)
-    return qa_prompts.QA_FORMAT_REMINDER if style == "qa" else GENERIC_FORMAT_REMINDER
+    if style == "qa":
+        return qa_prompts.paper_reminder() if prompt_set == "paper" else qa_prompts.QA_FORMAT_REMINDER
+    return GENERIC_FORMAT_REMINDER
 
 
 def reflection_instructions(style: str, prompt_set: str = "lenient", game: str | None = None) -> str:
