@@ -451,7 +451,8 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.
-    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32,
+    # Held-out: the reference's evaluation, all 1,024 questions of its list once each, in order (eval_set "paper").
+    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32, eval_set="paper", eval_tasks=1024,
                                                 env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,
