@@ -168,7 +168,8 @@ class Trainer:
         return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
                                   no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
-                                  reflection_instructions=cfg.reflection_instructions or None)
+                                  reflection_instructions=cfg.reflection_instructions or None,
+                                  memory_rule=cfg.memory_rule)
                 for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
