@@ -47,12 +47,42 @@ def test_paper_sokoban_step_messages_speak_of_walls_and_pushing():
     env = gym.make("ERL-Sokoban-v0", prompts="paper")
     env.reset(options={"level": ["#####", "#@$.#", "#   #", "#####"]})
     obs = env.step("```Up```")[0]  # into the wall
-    assert "wall" in obs and "blocked" in obs and "Not solved yet" in obs and "Steps remaining: 7" in obs
+    assert "wall" in obs and "blocked" in obs and "Not solved yet" in obs and "At most 63 moves remain." in obs
     obs = env.step("```Down```")[0]
     assert "worked (you moved, or pushed a box)" in obs and "not solved yet" in obs
     env.step("```Up```")
     obs, reward, terminated, *_ = env.step("```Right```")  # pushes the box onto the goal
     assert terminated and reward == 1.0 and "worked" not in obs  # no "plan your next move" after the end
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_observations_carry_the_turn_index_and_the_goal_line_from_the_first_turn(env_id):
+    env = gym.make(env_id, prompts="paper")
+    obs, _ = env.reset(seed=4)
+    lines = obs.split("\n")
+    assert lines[0] == "Board at turn 0:" and "Not solved yet. Give your next action." in lines
+    obs = env.step("no move here")[0]
+    assert obs.startswith("Board at turn 1:\n") and obs.index("Not solved yet") < obs.index("No valid")
+    lenient, _ = gym.make(env_id).reset(seed=4)
+    assert "turn" not in lenient and "Not solved yet" not in lenient  # the lenient set is unchanged
+
+
+def test_paper_sokoban_counts_down_the_references_64_moves_while_the_episode_ends_at_8():
+    """The reference's Sokoban agent tells the model "Maximum remaining moves: 64", minus one per reply, while its
+    levels end after 8 steps: the paper set shows what the paper's model saw; elsewhere the true budget."""
+    env = gym.make("ERL-Sokoban-v0", prompts="paper")
+    obs, _ = env.reset(seed=0)
+    assert obs.endswith("\nAt most 64 moves remain.")
+    for turn in range(1, 9):
+        obs, reward, terminated, truncated, info = env.step("```Left```" if turn % 2 else "```Right```")
+        assert obs.endswith(f"\nAt most {64 - turn} moves remain.")
+        if terminated:
+            break
+    assert (terminated or truncated) and turn <= 8 and info["steps_left"] == 8 - turn
+    obs, _ = gym.make("ERL-Sokoban-v0").reset(seed=0)
+    assert obs.endswith("\nSteps remaining: 8")
+    obs, _ = gym.make("ERL-FrozenLake-v0", prompts="paper").reset(seed=0)
+    assert obs.endswith("\nSteps remaining: 8")
 
 
 @pytest.mark.parametrize("env_id", GRID_IDS)
