@@ -30,16 +30,12 @@ from erl_envs.reflection.trace import (
     TraceStep,
     format_paper_trace,
     format_trace,
+    paper_feedback,
+    paper_metrics,
+    paper_task,
 )
 
-__all__ = [
-    "ReflectionWrapper",
-    "PHASES",
-    "MEMORY_RULES",
-    "extract_prompt",
-    "with_reminder",
-    "to_jsonable",
-]
+__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "extract_prompt", "with_reminder", "to_jsonable"]
 
 PHASES = ("attempt1", "reflect", "attempt2")
 # How a reflection becomes attempt 2's system prompt and the memory. "project": the last non-empty <prompt> block,
@@ -376,6 +372,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._task_id = ""
         self._task_text = ""
         self._instructions = ""
+        self._env_info: dict = {}  # the inner env's reset info of this episode
         self._attempt1: _Attempt | None = None
         self._attempt2: _Attempt | None = None
         self._request: ReflectionRequest | None = None
@@ -423,6 +420,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         task_text = env_info.get("task_text")
         self._task_text = task_text if isinstance(task_text, str) and task_text else _as_text(obs)
         self._instructions = protocol.instructions_of(self.env)
+        self._env_info = env_info if isinstance(env_info, dict) else {}
         self._attempt1 = _Attempt(self._instructions, [obs])
         self._phase = "attempt1"
         info = self._info("attempt1", self._instructions, True, task_text=self._task_text, env_info=env_info)
@@ -471,9 +469,12 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _trace_text(self, attempt: _Attempt, steps: tuple[TraceStep, ...] | None = None) -> str:
         steps = attempt.trace_steps() if steps is None else steps
-        write = format_paper_trace if self._paper_request else format_trace
-        return write(steps, _as_text(attempt.observations[-1]), attempt.total, attempt.feedback(),
-                     self.max_trace_field_chars)
+        final = _as_text(attempt.observations[-1])
+        if not self._paper_request:
+            return format_trace(steps, final, attempt.total, attempt.feedback(), self.max_trace_field_chars)
+        success = attempt.success(self.gate_threshold)
+        feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name)
+        return format_paper_trace(steps, final, attempt.total, feedback, self.max_trace_field_chars, solved=success)
 
     def _build_request(self) -> ReflectionRequest:
         attempt = self._attempt1
@@ -486,7 +487,11 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         steps = attempt.trace_steps()
         trace = self._trace_text(attempt, steps)
         if self._paper_request:
-            text = prompts.PAPER_SET["reflection_request"].format(base_prompt=base, trace=trace, game=self.game_name)
+            success = attempt.success(self.gate_threshold)
+            task = paper_task(self.game_name, self._episode_seed, self._env_info, self._env_info.get("steps_left"))
+            text = prompts.PAPER_SET["reflection_request"].format(
+                base_prompt=base, metrics=paper_metrics([attempt.total], [success]), game=self.game_name, task=task,
+                trace=trace)
         else:
             text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=trace)
         symbols = getattr(self.env.unwrapped, "symbols", None)
