@@ -582,3 +582,18 @@ def test_fast_paper_generator_matches_the_literal_one_on_fresh_triples():
         seed, n, p = int(rng.integers(100_000, 2**31 - 1)), int(rng.integers(2, 10)), float(rng.uniform(0.6, 0.85))
         env.reset(seed=seed, options={"size": n, "p": p})
         assert env.map_rows == _literal_paper_map(seed, n, p), (seed, n, p)
+
+
+def test_abstract_symbols_are_the_papers_with_an_ascii_agent_on_the_goal():
+    """A agent, B goal, C hole, D frozen, X agent in a hole as in the reference; on the goal it shows a check mark,
+    here Y (observations stay ASCII)."""
+    env = FrozenLakeTextEnv(render_mode="ansi")
+    obs, _ = env.reset(options={"map": TINY})
+    assert obs.startswith(" A \t D \t D \t\n D \t C \t D \t\n D \t D \t B \t")
+    for move in ("```Right```", "```Right```", "```Down```", "```Down```"):
+        env.step(move)
+    assert env.render().endswith(" Y \t") and env.render().isascii()
+    env.reset(options={"map": TINY})
+    env.step("```Right```")
+    env.step("```Down```")
+    assert " X \t" in env.render()

@@ -440,3 +440,17 @@ def test_scripted_agent_example_runs_end_to_end(capsys):
     assert module.scripted_reply("Question: Who?\nYou have 5 turns.") == "<search>Who?</search>"
     assert module.scripted_reply("Search results for \"x\":\n[1] Osk Works (score 3.10)\ntext") \
         .endswith("\\boxed{Osk Works}")
+
+
+def test_paper_protocol_system_prompts_describe_the_tool_and_carry_it_into_reflected_prompts():
+    """Our trainer renders no tool schema, so the paper set writes what the reference's chat template shows: the
+    local_search function and the <tool_call> format, in the first prompt and appended to every reflected one."""
+    env = make(protocol="paper")
+    for element in ("\\boxed{}", '"name": "local_search"', "<tool_call>", "</tool_call>", '"top_k"'):
+        assert element in env.unwrapped.instructions, element
+    wrapped = ReflectionWrapper(make(protocol="paper"))
+    wrapped.reset(seed=0, options={"index": 1})
+    wrapped.step("\\boxed{the Rhine}")
+    *_, info = wrapped.step("<prompt>Search for the founding city first.</prompt>")
+    assert info["system_prompt"] == "Search for the founding city first.\n" + qa_prompts.paper_reminder()
+    assert make().unwrapped.instructions == qa_prompts.QA_INSTRUCTIONS  # the extended protocol keeps ours
