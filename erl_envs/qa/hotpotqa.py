@@ -121,7 +121,11 @@ class HotpotQAEnv(gym.Env[str, str]):
     once. A reply with no tool call is the final answer, read by ``answer_extraction``: ``"boxed"`` (default) takes
     the last ``\\boxed{...}`` (else the last ``<answer>...</answer>``), ``"paper"`` the reference code's reading
     (the first box, taken literally, with heuristics for unboxed replies). A tool call that cannot be read (bad
-    JSON, unknown tool, empty query) gets an error block instead of results.
+    JSON, unknown tool, empty query) gets an error block instead of results. Under ``protocol="paper"`` replies are
+    read as the reference's vLLM Hermes parser reads them (``erl_envs.qa.tools.parse_paper_calls``): only
+    ``<tool_call>`` JSON naming ``local_search`` searches; a malformed ``<tool_call>``, ``<search>`` tags, bare JSON or
+    a code fence make the reply the final answer; another tool name or bad arguments cost the turn with an error;
+    every call of the reply runs.
 
     ## Observation Space
     ``spaces.Text`` over ``TEXT_CHARSET`` plus every character of the loaded questions and passages; echoed agent
@@ -147,7 +151,8 @@ class HotpotQAEnv(gym.Env[str, str]):
     rank, id, title, score), ``feedback`` (one line),
     ``took_effect`` (False for an unreadable tool call), ``retrieval_recall`` (share of the gold supporting passages
     retrieved so far; None when the data has no supporting facts) and ``gold_retrieved`` (all of them retrieved).
-    The last step adds ``answer`` (the extracted answer or None), ``em``, ``f1``, ``success`` (= exact match),
+    The last step adds ``answer`` (the extracted answer or None), ``em``, ``f1``, ``success`` (exact match; under
+    ``protocol="paper"`` reward >= 1, so token F1 = 1 counts, as in the reference),
     ``episode_feedback`` and ``gold_answers``. ``reset`` gives ``task_id``, ``task_text`` and ``num_questions``.
 
     ## Arguments
@@ -163,8 +168,11 @@ class HotpotQAEnv(gym.Env[str, str]):
       index over the question's own 10 paragraphs).
     - ``max_turns=5``; ``protocol``: ``"extended"`` (default: ``top_k=5`` passages per search when the call gives
       none, a call may ask for up to ``max_top_k=10``, passages cut at ``max_passage_chars=600``) or ``"paper"``
-      (the reference's retriever: at most 5 passages, cut at 300 characters; the ``paper-qwen3-4b`` preset's
-      choice); explicit ``top_k`` / ``max_top_k`` / ``max_passage_chars`` override the protocol's values.
+      (the reference's agent, the ``paper-qwen3-4b`` preset's choice: its tool-call reading, at most 5 whole
+      passages rendered as its retriever renders them, the question alone as the first observation and nothing
+      added to tool results, success = reward >= 1, and the paper set's system prompt
+      ``erl_envs.qa.prompts.paper_instructions()``); explicit ``top_k`` / ``max_top_k`` / ``max_passage_chars``
+      (None: whole passages) override the protocol's values.
       ``max_query_chars=300`` (longer queries are cut), ``max_reply_chars=65536``, ``f1_threshold=0.3``.
     - ``scoring``: ``"official"`` (HotpotQA's ``normalize_answer``) or ``"unicode"``; ``answer_extraction``:
       ``"boxed"`` or ``"paper"`` (see Action Space).
@@ -193,20 +201,22 @@ class HotpotQAEnv(gym.Env[str, str]):
     ## Paper fidelity
     Same as the paper: open-domain setting (the agent sees only the question), one search tool returning the top 5
     passages with titles, up to 5 turns, the episode ends on a reply without a tool call, the EM / F1 >= 0.3 /
-    yes-no reward with the official normalisation, success = exact match. With ``protocol="paper"`` and
-    ``answer_extraction="paper"`` (the paper preset): the reference's 5 results cut at 300 characters, every tool
-    call of a reply run, its tool name ``local_search``, and its reading of the answer.
+    yes-no reward with the official normalisation. With ``protocol="paper"`` and ``answer_extraction="paper"`` (the
+    paper preset): the reference's tool-call reading and tool name ``local_search``, its rendering of whole
+    passages, every tool call of a reply run, success = reward >= 1, and its reading of the answer.
     Departures (docs/fidelity.md lists each with its switch): **BM25 retrieval instead of the paper's dense E5
     retriever** (no model or GPU needed; lexical search favours queries that name entities); the default corpus is
     the questions' own paragraphs rather than the 2018 Wikipedia dump (pass ``corpus=`` with a passage dump for the
     paper's scale); the reference shows tool results as ``tool`` messages, here they are one user turn with a
-    block per call; ``<search>`` tags and ``<answer>`` are accepted as well; the system prompt, per-step messages
-    and episode feedback lines are this project's own wording, and the gold answer is never shown to the agent.
+    block per call, and its tool schema is written into the system prompt; under ``"extended"`` ``<search>`` tags
+    and ``<answer>`` are accepted as well; the system prompt, per-step messages and episode feedback lines are this
+    project's own wording, and the gold answer is never shown to the agent.
 
     ## Version History
     - v0: initial version; later within v0: official answer normalisation by default, every tool call of a reply
       runs, ``local_search``, ``protocol``, ``answer_extraction``, ``max_reply_chars``, Unicode folding in the
-      index, ``ResetNeeded`` after the end.
+      index, ``ResetNeeded`` after the end; ``protocol="paper"`` then follows the reference's agent (Hermes tool
+      calls, whole passages, success = reward >= 1).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
