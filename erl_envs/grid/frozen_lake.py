@@ -641,11 +641,8 @@ class FrozenLakeTextEnv(GridTextEnv):
             # Small maps come back often (a 2x2 board has 12 layouts), so their text and task id are kept.
             if len(self._map_texts) >= _MAP_TEXT_CACHE_SIZE:
                 self._map_texts.clear()
-            cells = flat.translate(self._cell_table)
-            width = n * self._cell_width
-            map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
-            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])
-            texts = self._map_texts[flat] = (map_text, hashlib.sha1(rows.encode()).hexdigest())
+            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])  # the cells' table keeps the newlines
+            texts = self._map_texts[flat] = (rows.translate(self._cell_table), hashlib.sha1(rows.encode()).hexdigest())
         self._map_text, self._digest = texts
         self._line_width = n * self._cell_width + 1
 
