@@ -154,7 +154,7 @@ def env_rows(raw: dict) -> list[str]:
 
 
 def measure_generation(seconds: float, max_levels: int) -> list[dict]:
-    """Raw generation runs: per setting, the optimal length of each level made and the seconds it took."""
+    """Raw generation runs: per setting, how many levels had each optimal length, and the seconds they took."""
     runs = []
     try:
         from erl_envs.grid import sokoban_generator
@@ -170,10 +170,15 @@ def measure_generation(seconds: float, max_levels: int) -> list[dict]:
                 _, result = generate(rng, **setting)
                 moves.append(result if isinstance(result, int) else len(result))
         except Exception as err:  # noqa: BLE001
-            runs.append({"name": name, "failed": f"{type(err).__name__}: {err}", "moves": moves})
+            runs.append({"name": name, "failed": f"{type(err).__name__}: {err}", "moves": _histogram(moves)})
             continue
-        runs.append({"name": name, "moves": moves, "seconds": time.perf_counter() - start})
+        runs.append({"name": name, "moves": _histogram(moves), "seconds": time.perf_counter() - start})
     return runs
+
+
+def _histogram(moves: list[int]) -> dict[str, int]:
+    """{optimal length: levels}, keys as JSON strings."""
+    return {str(k): moves.count(k) for k in sorted(set(moves))}
 
 
 def generation_rows(runs: list[dict]) -> list[str]:
@@ -182,10 +187,11 @@ def generation_rows(runs: list[dict]) -> list[str]:
         if "skipped" in run:
             rows.append(f"| {run['name']} | skipped: not available ({run['skipped']}) | | |")
         elif "failed" in run:
-            rows.append(f"| {run['name']} | failed ({run['failed']}) | {len(run['moves'])} | |")
+            rows.append(f"| {run['name']} | failed ({run['failed']}) | {sum(run['moves'].values())} | |")
         else:
-            moves = run["moves"]
-            rows.append(f"| {run['name']} | {len(moves) / run['seconds']:,.1f} | {len(moves)} | {np.mean(moves):.1f} |")
+            levels = sum(run["moves"].values())
+            mean = sum(int(k) * count for k, count in run["moves"].items()) / levels
+            rows.append(f"| {run['name']} | {levels / run['seconds']:,.1f} | {levels} | {mean:.1f} |")
     return rows
 
 
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     if not args.from_json:
-        raw_path.write_text(json.dumps(raw, indent=1) + "\n")
+        raw_path.write_text(json.dumps(raw) + "\n")
     args.output.write_text(text)
     return 0
 

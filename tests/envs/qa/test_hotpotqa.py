@@ -264,14 +264,14 @@ def test_paper_protocol_counts_token_f1_of_one_as_success():
     """The reference counts reward >= 1 as correct, so the same words in another order gate the retry and the
     memory; the extended protocol keeps exact match."""
     data = [{"question": "Where is Saltillo?", "answer": "Mexico, Coahuila", "context": [["Saltillo", ["A city."]]]}]
-    for protocol, success in (("paper", True), ("extended", False)):
-        env = make(data=data, protocol=protocol)
+    for kind, success in (("paper", True), ("extended", False)):
+        env = make(data=data, protocol=kind)
         obs, reward, terminated, truncated, info = play(env, ["\\boxed{Coahuila, Mexico}"])[-1]
-        assert (reward, info["em"], info["f1"], info["success"]) == (1.0, False, 1.0, success), protocol
-        wrapped = ReflectionWrapper(make(data=data, protocol=protocol))
+        assert (reward, info["em"], info["f1"], info["success"]) == (1.0, False, 1.0, success), kind
+        wrapped = ReflectionWrapper(make(data=data, protocol=kind))
         wrapped.reset(seed=0)
         wrapped.step("\\boxed{Coahuila, Mexico}")
-        assert wrapped.phase == ("done" if success else "reflect"), protocol
+        assert wrapped.phase == ("done" if success else "reflect"), kind
 
 
 def test_scoring_and_answer_extraction_switches():
