@@ -47,6 +47,7 @@ class TrainConfig:
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
     memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)
     memory_slots: int = 1024  # slots of the pool memory; each episode takes the next slot in turn (paper code: 1,024)
+    memory_rule: str = "project"  # <prompt> block, reminder and memory writes: project, or paper (the reference's)
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
     distill_coef: float = 1.0  # weight of the reverse_kl consolidation term
     # --- sampling ---
@@ -211,6 +212,7 @@ RULES: dict[str, Rule] = {
     "no_memory": _FLAG,
     "memory": _one_of("single", "pool"),
     "memory_slots": _at_least(1),
+    "memory_rule": _one_of("project", "paper"),
     "no_reflection": _FLAG,
     "gate_threshold": _ANY_REAL,
     "memory_threshold": _ANY_REAL,
@@ -414,6 +416,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_samples=4,
         eval_set="auto",
         memory="pool",
+        memory_rule="paper",  # the reference's: first <prompt> block, stored with the reminder, fallbacks too
         checkpoint_every=10,
         device="cuda",
         dtype="bfloat16",
@@ -451,7 +454,8 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.
-    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32,
+    # Held-out: the reference's evaluation, all 1,024 questions of its list once each, in order (eval_set "paper").
+    ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32, eval_set="paper", eval_tasks=1024,
                                                 env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,

@@ -2,7 +2,9 @@
 
 The held-out tasks are the paper's test set for the grid games when its folder is given (``../shared/paper_tasks``
 in this project) or asked for (``eval_set="paper"``: the copies shipped with erl_envs), else a seeded split whose
-seeds training never draws (training seeds are below ``EVAL_SEED_BASE``).
+seeds training never draws (training seeds are below ``EVAL_SEED_BASE``). For HotpotQA, ``eval_set="paper"`` is the
+reference's evaluation: every question of the paper's list (the first 1,024 validation questions), once each, in
+order, played by index on the held-out env, whose questions are checked against that list.
 Unseen seeds give unseen grid games, but an env that draws from a fixed pool (HotpotQA's questions) would replay
 its training pool: the trainer then builds its evaluation envs from ``eval_env_kwargs`` (other data, another
 synthetic world).
@@ -21,7 +23,10 @@ from erl_agents.models import Policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 
 __all__ = ["EVAL_SEED_BASE", "Task", "seeded_tasks", "paper_tasks", "paper_tasks_folder", "task_fits", "eval_tasks",
-           "eval_overlap_problem", "evaluate", "merge_eval_results"]
+           "eval_overlap_problem", "paper_questions", "paper_questions_problem", "evaluate", "merge_eval_results"]
+
+# The paper's HotpotQA evaluation questions, in the paper_tasks folder.
+HOTPOTQA_PAPER_FILE = "hotpotqa_val_first1024.parquet"
 
 # Training task seeds are drawn from [0, EVAL_SEED_BASE); held-out seeds start here.
 EVAL_SEED_BASE = 2**30
@@ -84,10 +89,45 @@ def task_fits(options: dict | None, env_kwargs: dict) -> bool:
 
 
 
+def paper_questions(folder: str | os.PathLike | None) -> list[str] | None:
+    """The paper's HotpotQA evaluation questions, in order, from ``folder``; None when it does not hold them."""
+    path = Path(folder) / HOTPOTQA_PAPER_FILE if folder is not None else None
+    if path is None or not path.exists():
+        return None
+    import pandas as pd
+
+    return [str(q) for q in pd.read_parquet(path, columns=["question"])["question"]]
+
+
+def paper_questions_problem(eval_env: gym.Env, questions: Sequence[str]) -> str | None:
+    """Why ``eval_env`` cannot play the paper's HotpotQA questions by index (its first questions must be those, in
+    order), or None when it can."""
+    held_out = getattr(eval_env.unwrapped, "questions", None)
+    if held_out is None:
+        return "eval_set 'paper' plays a question list by index, and this env has none"
+    squash = lambda text: " ".join(text.split())  # noqa: E731
+    if len(held_out) < len(questions):
+        return (f"eval_set 'paper' plays the paper's {len(questions)} HotpotQA questions, but the held-out env has "
+                f"{len(held_out)}: give it the first {len(questions)} validation questions, e.g. --eval-env-kwargs "
+                "'{\"data\": \"hf:hotpotqa/hotpot_qa:distractor:validation\", \"limit\": 1024}'")
+    for i, (ours, paper) in enumerate(zip(held_out, questions)):
+        if squash(ours.question) != squash(paper):
+            return (f"the held-out env's question {i} is {ours.question[:80]!r} but the paper's is {paper[:80]!r}: "
+                    "eval_set 'paper' needs the first validation questions in the paper's order")
+    return None
+
+
 def eval_tasks(env_id: str, env_kwargs: dict, eval_set: str, count: int) -> list[Task]:
     """The held-out tasks of a run: with ``eval_set`` ``"auto"`` or ``"paper"`` the paper's test instances of the
     trained sizes (from a paper_tasks folder when one is found, else the copies shipped with erl_envs), else (or when
-    the env has none, under ``"auto"``) ``count`` seeded tasks."""
+    the env has none, under ``"auto"``) ``count`` seeded tasks. HotpotQA under ``"paper"``: the first ``count`` of
+    the paper's questions (all 1,024 when ``count`` is at least that), each once, in order, by index."""
+    if eval_set == "paper" and env_id.startswith("ERL-HotpotQA"):
+        questions = paper_questions(paper_tasks_folder())
+        if questions is None:
+            raise ValueError(f"eval_set 'paper' for HotpotQA needs {HOTPOTQA_PAPER_FILE} in a paper_tasks folder "
+                             "(set ERL_PAPER_TASKS); or use --eval-set seeded")
+        return [(EVAL_SEED_BASE + i, {"index": i}) for i in range(min(count, len(questions)))]
     if eval_set in ("auto", "paper"):
         # A run on 2-4 boards is not evaluated on 9x9 ones.
         tasks = paper_tasks(env_id, paper_tasks_folder())

@@ -28,7 +28,8 @@ from erl_agents.batch import assign_advantages, consolidation_copies
 from erl_agents.config import TrainConfig, config_to_dict
 from erl_agents.distributed import World, shard_bounds
 from erl_agents.envs import make_env, tiny_corpus
-from erl_agents.evaluate import EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results
+from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
+                                 paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
 from erl_agents.metrics import consecutive_bad_steps, merge_rollout_rows, rollout_metrics
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
@@ -91,6 +92,11 @@ class Trainer:
         if overlap:
             warnings.warn(f"evaluating on training questions (allow_eval_overlap is set): {overlap}", RuntimeWarning,
                           stacklevel=2)
+        if config.eval_set == "paper" and config.env.startswith("ERL-HotpotQA"):
+            # The paper's questions are played by index: the held-out env must hold them, in the paper's order.
+            mismatch = paper_questions_problem(self.eval_envs[0], paper_questions(paper_tasks_folder()) or [])
+            if mismatch:
+                raise ValueError(mismatch)
         self.memory = None
         self.train_envs = self.envs
         if config.algo == "erl":
@@ -162,7 +168,8 @@ class Trainer:
         return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
                                   no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
-                                  reflection_instructions=cfg.reflection_instructions or None)
+                                  reflection_instructions=cfg.reflection_instructions or None,
+                                  memory_rule=cfg.memory_rule)
                 for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:

@@ -184,6 +184,8 @@ def protocol_differences(config) -> list[str]:
                         if kwargs[key] != value]
         if "data" not in config.eval_env_kwargs or config.allow_eval_overlap:
             differences.append("held-out questions not a separate split (paper: its validation questions)")
+        if config.eval_set != "paper" or config.eval_tasks < 1024:
+            differences.append("held-out questions not the paper's 1,024, once each, in order (eval_set 'paper')")
     elif config.eval_set == "seeded":
         differences.append("eval_set 'seeded' (paper: its 100-instance test set)")
     return differences

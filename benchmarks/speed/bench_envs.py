@@ -20,6 +20,7 @@ spread of the per-round ratios to the baseline. Generation is levels per second 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import sys
@@ -103,7 +104,8 @@ def env_cases() -> list[tuple]:
     return cases
 
 
-def env_rows(window: int, windows: int) -> list[str]:
+def measure_envs(window: int, windows: int) -> dict:
+    """Raw timings: per env, each round's wall time, and its steps, episodes and time spent in reset."""
     cases = env_cases()
     runners, skipped = {}, {}
     for name, env_id, kwargs, actions, render, options in cases:
@@ -111,41 +113,53 @@ def env_rows(window: int, windows: int) -> list[str]:
             runners[name] = _Runner(gym.make(env_id, **kwargs), actions, render, options)
         except Exception as err:  # noqa: BLE001  (a missing env is a row of the table, not a crash)
             skipped[name] = f"{type(err).__name__}: {err}"
-    baseline_name = cases[0][0]
-    ratios: dict[str, list[float]] = {name: [] for name in runners}
+    rounds: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(windows):
-        times = {name: runner.window(window) for name, runner in runners.items()}
-        for name, seconds in times.items():
-            if baseline_name in times:
-                ratios[name].append(times[baseline_name] / seconds)
+        for name, runner in runners.items():
+            rounds[name].append(runner.window(window))
     for runner in runners.values():
         runner.env.close()
+    envs = []
+    for name, *_ in cases:
+        if name in skipped:
+            envs.append({"name": name, "skipped": skipped[name]})
+            continue
+        r = runners[name]
+        envs.append({"name": name, "round_seconds": rounds[name], "steps": r.steps, "episodes": r.episodes,
+                     "reset_seconds": r.in_reset, "elapsed_seconds": r.elapsed})
+    return {"window": window, "windows": windows, "baseline": cases[0][0], "envs": envs}
+
+
+def env_rows(raw: dict) -> list[str]:
+    """The throughput table, computed from ``measure_envs``'s raw timings."""
     rows = ["| env | steps/s | ratio to baseline | per-round ratio (min-max) | us per step + render | us per reset "
             "| mean episode length |",
             "|---|---|---|---|---|---|---|"]
-    baseline = runners[baseline_name].steps / runners[baseline_name].elapsed if baseline_name in runners else None
-    for name, *_ in cases:
-        if name in skipped:
-            rows.append(f"| {name} | skipped: not available ({skipped[name]}) | | | | | |")
+    by_name = {e["name"]: e for e in raw["envs"]}
+    base = by_name.get(raw["baseline"])
+    baseline = base["steps"] / base["elapsed_seconds"] if base and "skipped" not in base else None
+    for e in raw["envs"]:
+        if "skipped" in e:
+            rows.append(f"| {e['name']} | skipped: not available ({e['skipped']}) | | | | | |")
             continue
-        r = runners[name]
-        rate = r.steps / r.elapsed
-        episodes = max(r.episodes, 1)
+        rate = e["steps"] / e["elapsed_seconds"]
+        episodes = max(e["episodes"], 1)
         ratio = f"{rate / baseline:.2f}" if baseline else "n/a"
-        spread = f"{min(ratios[name]):.2f}-{max(ratios[name]):.2f}" if ratios[name] else "n/a"
-        rows.append(f"| {name} | {rate:,.0f} | {ratio} | {spread} | {(r.elapsed - r.in_reset) / r.steps * 1e6:.2f} "
-                    f"| {r.in_reset / episodes * 1e6:.2f} | {r.steps / episodes:.2f} |")
+        per_round = [b / t for b, t in zip(base["round_seconds"], e["round_seconds"])] if baseline else []
+        spread = f"{min(per_round):.2f}-{max(per_round):.2f}" if per_round else "n/a"
+        rows.append(f"| {e['name']} | {rate:,.0f} | {ratio} | {spread} "
+                    f"| {(e['elapsed_seconds'] - e['reset_seconds']) / e['steps'] * 1e6:.2f} "
+                    f"| {e['reset_seconds'] / episodes * 1e6:.2f} | {e['steps'] / episodes:.2f} |")
     return rows
 
 
-def generation_rows(seconds: float, max_levels: int) -> list[str]:
-    rows = ["| setting | levels/s | levels | mean optimal moves |", "|---|---|---|---|"]
+def measure_generation(seconds: float, max_levels: int) -> list[dict]:
+    """Raw generation runs: per setting, how many levels had each optimal length, and the seconds they took."""
+    runs = []
     try:
         from erl_envs.grid import sokoban_generator
     except Exception as err:  # noqa: BLE001
-        for name, _, _ in GENERATION_SETTINGS:
-            rows.append(f"| {name} | skipped: not available ({type(err).__name__}: {err}) | | |")
-        return rows
+        return [{"name": name, "skipped": f"{type(err).__name__}: {err}"} for name, _, _ in GENERATION_SETTINGS]
     for name, function, setting in GENERATION_SETTINGS:
         generate = getattr(sokoban_generator, function)
         rng = np.random.default_rng(0)
@@ -156,10 +170,28 @@ def generation_rows(seconds: float, max_levels: int) -> list[str]:
                 _, result = generate(rng, **setting)
                 moves.append(result if isinstance(result, int) else len(result))
         except Exception as err:  # noqa: BLE001
-            rows.append(f"| {name} | failed ({type(err).__name__}: {err}) | {len(moves)} | |")
+            runs.append({"name": name, "failed": f"{type(err).__name__}: {err}", "moves": _histogram(moves)})
             continue
-        elapsed = time.perf_counter() - start
-        rows.append(f"| {name} | {len(moves) / elapsed:,.1f} | {len(moves)} | {np.mean(moves):.1f} |")
+        runs.append({"name": name, "moves": _histogram(moves), "seconds": time.perf_counter() - start})
+    return runs
+
+
+def _histogram(moves: list[int]) -> dict[str, int]:
+    """{optimal length: levels}, keys as JSON strings."""
+    return {str(k): moves.count(k) for k in sorted(set(moves))}
+
+
+def generation_rows(runs: list[dict]) -> list[str]:
+    rows = ["| setting | levels/s | levels | mean optimal moves |", "|---|---|---|---|"]
+    for run in runs:
+        if "skipped" in run:
+            rows.append(f"| {run['name']} | skipped: not available ({run['skipped']}) | | |")
+        elif "failed" in run:
+            rows.append(f"| {run['name']} | failed ({run['failed']}) | {sum(run['moves'].values())} | |")
+        else:
+            levels = sum(run["moves"].values())
+            mean = sum(int(k) * count for k, count in run["moves"].items()) / levels
+            rows.append(f"| {run['name']} | {levels / run['seconds']:,.1f} | {levels} | {mean:.1f} |")
     return rows
 
 
@@ -173,42 +205,61 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "unknown"
 
 
+def report(raw: dict) -> str:
+    """envs.md, every number computed from the raw results (``--from-json`` rebuilds it from the committed JSON)."""
+    env, gen = raw["env_runs"], raw["generation"]
+    lines = [
+        "# Text grid envs: step throughput and Sokoban generation",
+        "",
+        f"Generated by `{raw['command']}` (raw timings: `envs.json` beside this file).",
+        f"Machine: {raw['machine']}.",
+        "",
+        f"## Step + text render, random valid actions, auto-reset ({env['windows']} interleaved rounds of "
+        f"{env['window']:,} steps per env)",
+        "",
+        f"Load average at the start: {raw['load_start']} on {raw['cpus']} CPUs.",
+        "",
+        *env_rows(env),
+        "",
+        f"Load average at the end: {raw['load_end']}.",
+        "",
+        f"## Sokoban generation (up to {raw['generation_levels']:,} levels or {raw['generation_seconds']:g} s per "
+        "setting)",
+        "",
+        *generation_rows(gen),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
     parser.add_argument("--window", type=int, default=None, help="steps per env per round (default 2,000; quick 500)")
     parser.add_argument("--windows", type=int, default=None, help="rounds over all envs (default 40; quick 4)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "envs.md")
+    parser.add_argument("--from-json", action="store_true",
+                        help="measure nothing: rebuild --output from the raw JSON beside it")
     args = parser.parse_args(argv)
-    window = args.window or (500 if args.quick else 2_000)
-    windows = args.windows or (4 if args.quick else 40)
-    gen_seconds, gen_levels = (1.0, 200) if args.quick else (10.0, 5_000)
-
-    command = "python benchmarks/speed/bench_envs.py" + (" --quick" if args.quick else "")
-    lines = [
-        "# Text grid envs: step throughput and Sokoban generation",
-        "",
-        f"Generated by `{command}`.",
-        f"Machine: {machine()}.",
-        "",
-        f"## Step + text render, random valid actions, auto-reset ({windows} interleaved rounds of {window:,} steps "
-        f"per env)",
-        "",
-        f"Load average at the start: {load()} on {os.cpu_count()} CPUs.",
-        "",
-        *env_rows(window, windows),
-        "",
-        f"Load average at the end: {load()}.",
-        "",
-        f"## Sokoban generation (up to {gen_levels:,} levels or {gen_seconds:g} s per setting)",
-        "",
-        *generation_rows(gen_seconds, gen_levels),
-        "",
-    ]
-    report = "\n".join(lines)
-    print(report)
+    raw_path = args.output.with_suffix(".json")
+    if args.from_json:
+        raw = json.loads(raw_path.read_text())
+    else:
+        window = args.window or (500 if args.quick else 2_000)
+        windows = args.windows or (4 if args.quick else 40)
+        gen_seconds, gen_levels = (1.0, 200) if args.quick else (10.0, 5_000)
+        raw = {"command": "python benchmarks/speed/bench_envs.py" + (" --quick" if args.quick else ""),
+               "machine": machine(), "cpus": os.cpu_count(), "load_start": load()}
+        raw["env_runs"] = measure_envs(window, windows)
+        raw["load_end"] = load()
+        raw.update(generation_seconds=gen_seconds, generation_levels=gen_levels,
+                   generation=measure_generation(gen_seconds, gen_levels))
+    text = report(raw)
+    print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(report)
+    if not args.from_json:
+        raw_path.write_text(json.dumps(raw) + "\n")
+    args.output.write_text(text)
     return 0
 
 

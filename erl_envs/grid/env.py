@@ -217,6 +217,7 @@ class GridTextEnv(gym.Env[str, str]):
         self.action_format = action_format
         self.prompt_set = prompts
         self._lines = prompt_texts.step_lines(prompts, self.game_name)
+        self._moves_shown = prompt_texts.moves_shown(prompts, self.game_name)
         self.invalid_action = invalid_action
         self.reveal_rules = bool(reveal_rules)
         self.max_grid_shape = (rows, cols)
@@ -277,7 +278,7 @@ class GridTextEnv(gym.Env[str, str]):
         self._task_id = f"{self.task_prefix}-{self._level_digest()[:16]}"
         self._optimal = self._optimal_steps()
 
-        obs = f"{self._grid_text}\n{self._lines['steps_left'].format(self.episode_max_steps)}"
+        obs = self._observation(None, False)
         info = self._info(False, FEEDBACK_RESET)
         if self.render_mode == "human":
             self.render()
@@ -349,13 +350,7 @@ class GridTextEnv(gym.Env[str, str]):
         if done and _is_moved_notice(notice, self._lines):
             notice = None  # nothing to plan after the last turn
 
-        lines = [self._grid_text]
-        if notice is not None:
-            lines.append(notice)
-        if not done:
-            lines.append(self._lines["not_solved"])
-        lines.append(self._lines["steps_left"].format(budget - self._steps_used))
-        obs = "\n".join(lines)
+        obs = self._observation(notice, done)
 
         info = self._info(took_effect, comment)
         # The move(s) as read from the reply, for traces: what the paper's reflection request lists per step.
@@ -366,6 +361,28 @@ class GridTextEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             self.render()
         return obs, reward, terminated, truncated, info
+
+    def _observation(self, notice: str | None, done: bool) -> str:
+        """The grid, a notice about the last reply, the goal line while the episode goes on, the budget line. The
+        lenient set shows no goal line on the first turn; the paper set heads it with the turn index and puts the
+        goal line right under the board, every turn."""
+        lines = self._lines
+        budget = self.episode_max_steps - self._steps_used if self._moves_shown is None \
+            else self._moves_shown - self._turns
+        if lines["turn"] is None:
+            parts = [self._grid_text]
+            if notice is not None:
+                parts.append(notice)
+            if not done and self._turns:
+                parts.append(lines["not_solved"])
+        else:
+            parts = [lines["turn"].format(self._turns), self._grid_text]
+            if not done:
+                parts.append(lines["not_solved"])
+            if notice is not None:
+                parts.append(notice)
+        parts.append(lines["steps_left"].format(budget))
+        return "\n".join(parts)
 
     def render(self):
         if self.render_mode is None:
@@ -487,8 +504,9 @@ class GridTextEnv(gym.Env[str, str]):
         grid = rows * cols * len(self.renderer.cell(next(iter(self.symbols.symbols)))) + (rows - 1)
         lines = self._lines
         notice = max(len(lines[key] or "") for key in ("no_effect", "some_no_effect", "parse_error", "moved"))
-        steps = len(lines["steps_left"].format(MAX_STEPS_LIMIT))
-        return grid + 1 + notice + 1 + len(lines["not_solved"]) + 1 + steps
+        steps = len(lines["steps_left"].format(-MAX_STEPS_LIMIT))
+        turn = len(lines["turn"].format(MAX_STEPS_LIMIT)) + 1 if lines["turn"] else 0
+        return turn + grid + 1 + notice + 1 + len(lines["not_solved"]) + 1 + steps
 
     # ------------------------------------------------------------------ the game: subclasses implement these
 

@@ -266,8 +266,8 @@ _REACHED = tuple(MoveOutcome(True, 1.0, True, f"moved {name} and reached the goa
 # Frozen flags (one byte per cell, 1 frozen, 0 hole) to map letters, and to binary digits, each in one C call.
 _FLAGS_TO_CHARS = bytes.maketrans(b"\x00\x01", b"HF")
 _FLAGS_TO_DIGITS = bytes.maketrans(b"\x00\x01", b"01")
-# Map letters to 1 for a hole and 0 for anything else.
-_HOLES_MARKED = bytes.maketrans(b"HFSG", b"\x01\x00\x00\x00")
+# Map letters, or frozen flags, to 1 for a hole and 0 for anything else.
+_HOLES_MARKED = bytes.maketrans(b"HFSG\x00\x01", b"\x01\x00\x00\x00\x01\x00")
 
 
 def _flag_bits(flags: bytearray) -> int:
@@ -321,7 +321,8 @@ def _neighbour_table(n: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int) -> bool:
-    """The reference generator's acceptance test: a depth-limited depth-first search from the start.
+    """The reference generator's acceptance test, a depth-limited depth-first search from the start, on ``flat``:
+    the board as letters (``S``/``F``/``H``/``G``) or as frozen flags (byte 1 frozen, 0 hole).
 
     It is not a shortest-path test: a cell is marked the first time it is popped, possibly at a larger depth than a
     later route would give, so some maps whose goal is 6 moves away are still rejected. Reproduced step for step
@@ -331,8 +332,7 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
     # search pops at its last depth are only looked at for the goal beside them (their pushes would be skipped).
     neighbours = _neighbour_table(n)
     last = PAPER_SEARCH_DEPTH
-    # Holes are never pushed, so never marked; marking them up front saves a test per neighbour.
-    seen = bytearray(flat).translate(_HOLES_MARKED)
+    seen = bytearray(flat).translate(_HOLES_MARKED)  # holes are never pushed: marked up front, one test fewer
     # A stack entry is cell * 8 + moves (moves <= 5): one int, no tuple to build and unpack.
     stack = [start * 8]
     pop, push = stack.pop, stack.append
@@ -354,7 +354,7 @@ def _paper_search_accepts(flat: bytes | bytearray, n: int, start: int, goal: int
 
 
 def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, int, int, int]:
-    """The reference code's FrozenLake generator: (flattened map, start index, goal index, shortest path length).
+    """The reference code's FrozenLake generator (side n >= 2): (flattened map, start, goal, shortest path length).
 
     Each try draws the whole board (frozen with probability p, else a hole), then start and goal as four integers
     (start row, start column, goal row, goal column) redrawn until the two cells differ, and keeps the board when
@@ -371,10 +371,19 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
     # Generator.choice(["F", "H"], p=[p, 1 - p]) picks "F" exactly when a U[0, 1) draw is below this.
     frozen_below = p / (p + (1.0 - p))
     reach = PAPER_SEARCH_DEPTH + 1
+    # draws.integers(rng, n, 4) inlined, the bit generator's interface fetched once per map, not once per try.
+    random, bits = rng.random, rng.bit_generator.ctypes
+    next_uint32, state, rejected_below = bits.next_uint32, bits.state, (2**32 - n) % n  # (Lemire's method)
     while True:
-        board_draws = rng.random(n * n)
+        board_draws = random(n * n)
         while True:
-            sr, sc, gr, gc = draws.integers(rng, n, 4)
+            cell = []
+            for _ in range(4):
+                m = next_uint32(state) * n
+                while m & 0xFFFFFFFF < rejected_below:
+                    m = next_uint32(state) * n
+                cell.append(m >> 32)
+            sr, sc, gr, gc = cell
             if sr != gr or sc != gc:
                 break
         if abs(sr - gr) + abs(sc - gc) > reach:
@@ -385,9 +394,9 @@ def _draw_paper_map(rng: np.random.Generator, n: int, p: float) -> tuple[str, in
         shortest = _bfs_length(_flag_bits(flags), n, n, start, goal, reach)
         if shortest is None:
             continue
-        board = flags.translate(_FLAGS_TO_CHARS)
-        board[start], board[goal] = 83, 71  # "S", "G"
-        if shortest <= 2 or _paper_search_accepts(board, n, start, goal):
+        if shortest <= 2 or _paper_search_accepts(flags, n, start, goal):
+            board = flags.translate(_FLAGS_TO_CHARS)
+            board[start], board[goal] = 83, 71  # "S", "G"
             return board.decode("ascii"), start, goal, shortest
 
 
@@ -632,11 +641,8 @@ class FrozenLakeTextEnv(GridTextEnv):
             # Small maps come back often (a 2x2 board has 12 layouts), so their text and task id are kept.
             if len(self._map_texts) >= _MAP_TEXT_CACHE_SIZE:
                 self._map_texts.clear()
-            cells = flat.translate(self._cell_table)
-            width = n * self._cell_width
-            map_text = "\n".join([cells[i * width:(i + 1) * width] for i in range(n)])
-            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])
-            texts = self._map_texts[flat] = (map_text, hashlib.sha1(rows.encode()).hexdigest())
+            rows = "\n".join([flat[i * n:(i + 1) * n] for i in range(n)])  # the cells' table keeps the newlines
+            texts = self._map_texts[flat] = (rows.translate(self._cell_table), hashlib.sha1(rows.encode()).hexdigest())
         self._map_text, self._digest = texts
         self._line_width = n * self._cell_width + 1
 

@@ -15,7 +15,7 @@ Override by passing your own strings to the env (``instructions=``), or by assig
 from __future__ import annotations
 
 __all__ = ["GRID_INSTRUCTIONS", "GRID_STEP_LINES", "GRID_FORMAT_REMINDER", "PAPER_SET", "PROMPT_SETS", "GAMES",
-           "uses_paper_set", "instructions", "format_reminder", "step_lines"]
+           "uses_paper_set", "instructions", "format_reminder", "step_lines", "moves_shown"]
 
 # --- The first-attempt system prompt. The grid games reveal no rules: the model must infer them by playing. ---
 
@@ -36,6 +36,7 @@ GRID_STEP_LINES = {
     "parse_error": "Your last action could not be parsed, so nothing happened.",
     "steps_left": "Steps remaining: {}",
     "moved": None,
+    "turn": None,
 }
 
 # --- The one-line reminder appended to a reflected system prompt on the second attempt. ---
@@ -76,9 +77,12 @@ PAPER_SET = {
         "FrozenLake": _PAPER_REMINDER.format(extra=""),
         "Sokoban": _PAPER_REMINDER.format(extra=_SOKOBAN_PUSH_RULE),
     },
-    # Per-step lines that differ from the lenient set (the others are shared: not solved, steps remaining).
+    # Per-step lines that differ from the lenient set (the others are shared: not solved, steps remaining). The
+    # paper set also heads every observation with the turn index (the replies so far) and shows the goal line on
+    # the first turn too, right under the board, as the reference does.
     "step": {
         "FrozenLake": {
+            "turn": "Board at turn {}:",
             "no_effect": "Your last action had no effect: your position did not change. Check your reasoning, the "
                          "action you chose and the reply format: only the next action inside triple backticks, "
                          "e.g. ```Up```.",
@@ -86,6 +90,10 @@ PAPER_SET = {
                            "action inside triple backticks, e.g. ```Up```.",
         },
         "Sokoban": {
+            "turn": "Board at turn {}:",
+            # The reference's Sokoban agent counts its own budget, 64 replies, while the episode ends after 8 steps:
+            # this is what the paper's model saw (see "moves_shown" and docs/fidelity.md).
+            "steps_left": "At most {} moves remain.",
             "parse_error": "No valid move was read from your last reply, so nothing happened. Give a valid direction "
                            "(Up, Down, Left or Right) inside triple backticks, e.g. ```Up```.",
             "no_effect": "Your last move had no effect: you probably walked into a wall or pushed a box that is "
@@ -95,6 +103,9 @@ PAPER_SET = {
                      "your next move.",
         },
     },
+    # The budget the reference's agent tells the model, counting down one per reply, when it is not the episode's:
+    # its Sokoban agent is built with 64 moves while the levels end after 8 steps.
+    "moves_shown": {"Sokoban": 64},
 }
 
 PROMPT_SETS = ("lenient", "paper")
@@ -114,6 +125,12 @@ def instructions(prompt_set: str = "lenient", game: str | None = None) -> str:
     return GRID_INSTRUCTIONS
 
 
+def moves_shown(prompt_set: str, game: str | None) -> int | None:
+    """The move budget the prompt set tells the model (counting down one per reply) when it is not the episode's
+    own; None: the episode's remaining steps are shown."""
+    return PAPER_SET["moves_shown"].get(game) if uses_paper_set(prompt_set, game) else None
+
+
 def format_reminder(prompt_set: str = "lenient", game: str | None = None) -> str:
     if uses_paper_set(prompt_set, game):
         return PAPER_SET["reminder"][game]
@@ -122,7 +139,8 @@ def format_reminder(prompt_set: str = "lenient", game: str | None = None) -> str
 
 def step_lines(prompt_set: str, game: str | None) -> dict[str, str | None]:
     """The per-step lines of a grid game under a prompt set: not_solved, no_effect, some_no_effect, parse_error,
-    steps_left (a template) and moved (None: no line after a move that worked)."""
+    steps_left (a template), moved (None: no line after a move that worked) and turn (a template heading the
+    observation with the turn index; None: no heading)."""
     lines = dict(GRID_STEP_LINES)
     if uses_paper_set(prompt_set, game):
         lines.update(PAPER_SET["step"].get(game, {}))

@@ -30,12 +30,17 @@ from erl_envs.qa.tools import MAX_CALLS_PER_REPLY, QAReply, parse_qa_calls
 __all__ = ["HotpotQAEnv", "MODES", "PROTOCOLS", "MAX_REPLY_CHARS"]
 
 MODES = ("open", "distractor")
-# How search results are shown. "paper": the reference code's retriever (at most 5 passages a call, each cut at 300
-# characters); "extended": this project's original, roomier default (5 by default, up to 10 a call, 600 characters).
+# How tool calls are read and results shown. "paper": the reference code's agent (Hermes-parsed <tool_call>s, at most
+# 5 whole passages a call, rendered as its retriever renders them); "extended": this project's original, roomier
+# default (5 by default, up to 10 a call, each cut at 600 characters). max_passage_chars None: whole passages.
 PROTOCOLS = {
-    "paper": dict(top_k=5, max_top_k=5, max_passage_chars=300),
+    "paper": dict(top_k=5, max_top_k=5, max_passage_chars=None),
     "extended": dict(top_k=5, max_top_k=10, max_passage_chars=600),
 }
+# Under "paper" a reply may hold as many calls as it has room for; the shortest that parses,
+# '<tool_call>{"name":"","arguments":0}' (an unclosed last tag), is this long: it bounds the calls of one reply.
+_SHORTEST_PAPER_CALL = len('<tool_call>{"name":"","arguments":0}')
+_NO_DOCUMENTS = "No relevant documents found for the query."
 # Only the last this-many characters of a reply are read (the action space's max_length): a 10 MB reply then costs
 # about what a grid step costs instead of seconds. The end is kept because that is where the answer is read from.
 MAX_REPLY_CHARS = 65_536
@@ -57,6 +62,8 @@ class _Source:
     charset: frozenset[str]
     max_question_chars: int
     max_title_chars: int
+    max_text_chars: int
+    max_paper_hit_chars: int  # the longest hit as the paper protocol shows it (score aside); 0 under "extended"
 
 
 _SOURCES: "weakref.WeakValueDictionary[Hashable, _Source]" = weakref.WeakValueDictionary()
@@ -77,15 +84,24 @@ def _file_identity(value: Any) -> Hashable | None:
     return None
 
 
-def shown_text(text: str, max_chars: int) -> str:
-    """A passage as the agent sees it: cut at a word boundary to at most ``max_chars`` plus a visible mark."""
-    if len(text) <= max_chars:
+def shown_text(text: str, max_chars: int | None) -> str:
+    """A passage as the agent sees it: cut at a word boundary to at most ``max_chars`` plus a visible mark (None:
+    whole)."""
+    if max_chars is None or len(text) <= max_chars:
         return text
     cut = text[:max_chars]
     space = cut.rfind(" ")
     if space > max_chars // 2:
         cut = cut[:space]
     return cut + _TRUNCATION_MARK
+
+
+def paper_hit(rank: int, passage: Passage, score: float) -> str:
+    """One search hit as the reference's retriever shows it: its rank as the document id, the score to 3 decimals,
+    then the whole corpus record, printed as the Python dict it is (a Wikipedia-dump line: ``id``, and ``contents``,
+    the quoted title, a newline, the text). Its 300-character cut measures that dict's length, so it never fires."""
+    record = {"id": passage.id, "contents": f'"{passage.title}"\n{passage.text}'}
+    return f"[Document {rank}] (ID: doc_{rank}, Score: {score:.3f})\n{record}\n"
 
 
 class HotpotQAEnv(gym.Env[str, str]):
@@ -105,7 +121,11 @@ class HotpotQAEnv(gym.Env[str, str]):
     once. A reply with no tool call is the final answer, read by ``answer_extraction``: ``"boxed"`` (default) takes
     the last ``\\boxed{...}`` (else the last ``<answer>...</answer>``), ``"paper"`` the reference code's reading
     (the first box, taken literally, with heuristics for unboxed replies). A tool call that cannot be read (bad
-    JSON, unknown tool, empty query) gets an error block instead of results.
+    JSON, unknown tool, empty query) gets an error block instead of results. Under ``protocol="paper"`` replies are
+    read as the reference's vLLM Hermes parser reads them (``erl_envs.qa.tools.parse_paper_calls``): only
+    ``<tool_call>`` JSON naming ``local_search`` searches; a malformed ``<tool_call>``, ``<search>`` tags, bare JSON or
+    a code fence make the reply the final answer; another tool name or bad arguments cost the turn with an error;
+    every call of the reply runs.
 
     ## Observation Space
     ``spaces.Text`` over ``TEXT_CHARSET`` plus every character of the loaded questions and passages; echoed agent
@@ -131,7 +151,8 @@ class HotpotQAEnv(gym.Env[str, str]):
     rank, id, title, score), ``feedback`` (one line),
     ``took_effect`` (False for an unreadable tool call), ``retrieval_recall`` (share of the gold supporting passages
     retrieved so far; None when the data has no supporting facts) and ``gold_retrieved`` (all of them retrieved).
-    The last step adds ``answer`` (the extracted answer or None), ``em``, ``f1``, ``success`` (= exact match),
+    The last step adds ``answer`` (the extracted answer or None), ``em``, ``f1``, ``success`` (exact match; under
+    ``protocol="paper"`` reward >= 1, so token F1 = 1 counts, as in the reference),
     ``episode_feedback`` and ``gold_answers``. ``reset`` gives ``task_id``, ``task_text`` and ``num_questions``.
 
     ## Arguments
@@ -147,8 +168,11 @@ class HotpotQAEnv(gym.Env[str, str]):
       index over the question's own 10 paragraphs).
     - ``max_turns=5``; ``protocol``: ``"extended"`` (default: ``top_k=5`` passages per search when the call gives
       none, a call may ask for up to ``max_top_k=10``, passages cut at ``max_passage_chars=600``) or ``"paper"``
-      (the reference's retriever: at most 5 passages, cut at 300 characters; the ``paper-qwen3-4b`` preset's
-      choice); explicit ``top_k`` / ``max_top_k`` / ``max_passage_chars`` override the protocol's values.
+      (the reference's agent, the ``paper-qwen3-4b`` preset's choice: its tool-call reading, at most 5 whole
+      passages rendered as its retriever renders them, the question alone as the first observation and nothing
+      added to tool results, success = reward >= 1, and the paper set's system prompt
+      ``erl_envs.qa.prompts.paper_instructions()``); explicit ``top_k`` / ``max_top_k`` / ``max_passage_chars``
+      (None: whole passages) override the protocol's values.
       ``max_query_chars=300`` (longer queries are cut), ``max_reply_chars=65536``, ``f1_threshold=0.3``.
     - ``scoring``: ``"official"`` (HotpotQA's ``normalize_answer``) or ``"unicode"``; ``answer_extraction``:
       ``"boxed"`` or ``"paper"`` (see Action Space).
@@ -177,20 +201,22 @@ class HotpotQAEnv(gym.Env[str, str]):
     ## Paper fidelity
     Same as the paper: open-domain setting (the agent sees only the question), one search tool returning the top 5
     passages with titles, up to 5 turns, the episode ends on a reply without a tool call, the EM / F1 >= 0.3 /
-    yes-no reward with the official normalisation, success = exact match. With ``protocol="paper"`` and
-    ``answer_extraction="paper"`` (the paper preset): the reference's 5 results cut at 300 characters, every tool
-    call of a reply run, its tool name ``local_search``, and its reading of the answer.
+    yes-no reward with the official normalisation. With ``protocol="paper"`` and ``answer_extraction="paper"`` (the
+    paper preset): the reference's tool-call reading and tool name ``local_search``, its rendering of whole
+    passages, every tool call of a reply run, success = reward >= 1, and its reading of the answer.
     Departures (docs/fidelity.md lists each with its switch): **BM25 retrieval instead of the paper's dense E5
     retriever** (no model or GPU needed; lexical search favours queries that name entities); the default corpus is
     the questions' own paragraphs rather than the 2018 Wikipedia dump (pass ``corpus=`` with a passage dump for the
     paper's scale); the reference shows tool results as ``tool`` messages, here they are one user turn with a
-    block per call; ``<search>`` tags and ``<answer>`` are accepted as well; the system prompt, per-step messages
-    and episode feedback lines are this project's own wording, and the gold answer is never shown to the agent.
+    block per call, and its tool schema is written into the system prompt; under ``"extended"`` ``<search>`` tags
+    and ``<answer>`` are accepted as well; the system prompt, per-step messages and episode feedback lines are this
+    project's own wording, and the gold answer is never shown to the agent.
 
     ## Version History
     - v0: initial version; later within v0: official answer normalisation by default, every tool call of a reply
       runs, ``local_search``, ``protocol``, ``answer_extraction``, ``max_reply_chars``, Unicode folding in the
-      index, ``ResetNeeded`` after the end.
+      index, ``ResetNeeded`` after the end; ``protocol="paper"`` then follows the reference's agent (Hermes tool
+      calls, whole passages, success = reward >= 1).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
@@ -238,8 +264,8 @@ class HotpotQAEnv(gym.Env[str, str]):
             raise ValueError("corpus= is only used in open mode; distractor mode searches each question's own "
                              "paragraphs")
         for name, value in (("max_turns", max_turns), ("top_k", top_k), ("max_top_k", max_top_k),
-                            ("max_passage_chars", max_passage_chars), ("max_query_chars", max_query_chars),
-                            ("max_reply_chars", max_reply_chars)):
+                            ("max_passage_chars", 1 if max_passage_chars is None else max_passage_chars),
+                            ("max_query_chars", max_query_chars), ("max_reply_chars", max_reply_chars)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if top_k > max_top_k:
@@ -253,8 +279,14 @@ class HotpotQAEnv(gym.Env[str, str]):
         self.protocol, self.scoring, self.answer_extraction = protocol, scoring, answer_extraction
         self.f1_threshold = f1_threshold
         self.render_mode = render_mode
-        self.instructions = instructions if instructions is not None else qa_prompts.QA_INSTRUCTIONS
+        self.paper = protocol == "paper"
+        if instructions is None:
+            instructions = qa_prompts.paper_instructions() if self.paper else qa_prompts.QA_INSTRUCTIONS
+        self.instructions = instructions
         self.prompt_style = "qa"
+        # The reflection wrapper reads these: under the paper protocol a reflected prompt gets the paper reminder.
+        self.prompt_set = "paper" if self.paper else "lenient"
+        self.game_name = "HotpotQA"
         self._k1, self._b = k1, b
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(
             stopwords=ENGLISH_STOPWORDS if stopwords else frozenset(), fold=fold_unicode)
@@ -317,9 +349,15 @@ class HotpotQAEnv(gym.Env[str, str]):
         chars = set(TEXT_CHARSET)
         for q in questions:
             chars.update(q.question)
+        longest_hit = 0
         for p in shown:
             chars.update(p.title)
-            chars.update(shown_text(p.text, self.max_passage_chars))
+            if self.paper:
+                hit = paper_hit(1, p, 0.0)
+                chars.update(hit)
+                longest_hit = max(longest_hit, len(hit))
+            else:
+                chars.update(shown_text(p.text, self.max_passage_chars))
         return _Source(
             questions=questions,
             by_id={q.id: i for i, q in enumerate(questions)},
@@ -328,6 +366,8 @@ class HotpotQAEnv(gym.Env[str, str]):
             charset=frozenset(chars),
             max_question_chars=max(len(q.question) for q in questions),
             max_title_chars=max((len(p.title) for p in shown), default=0),
+            max_text_chars=max((len(p.text) for p in shown), default=0),
+            max_paper_hit_chars=longest_hit,
         )
 
     # ------------------------------------------------------------------------------------------ text
@@ -337,11 +377,17 @@ class HotpotQAEnv(gym.Env[str, str]):
         src = self._source
         footer = 200  # the turns-left line, or the ran-out-of-turns line (about 100 characters)
         question_obs = len("Question: \n") + src.max_question_chars + footer
+        passage_chars = src.max_text_chars if self.max_passage_chars is None else self.max_passage_chars
         hit = len("[] (score )\n\n") + len(str(self.max_top_k)) + src.max_title_chars + _SCORE_CHARS \
-            + self.max_passage_chars + len(_TRUNCATION_MARK)
+            + passage_chars + len(_TRUNCATION_MARK)
         search_obs = len('Search results for "" (no passage matched):\n\n') + self.max_query_chars \
             + len(_TRUNCATION_MARK) + self.max_top_k * hit
         message_obs = 300 + 2 * _MAX_ECHO_CHARS  # unreadable call / end of episode, with echoed text
+        if self.paper:
+            # Every call of the reply runs: as many as the longest reply read can hold.
+            calls = self.max_reply_chars // _SHORTEST_PAPER_CALL + 1
+            search_obs = self.max_top_k * (src.max_paper_hit_chars + 2 * _SCORE_CHARS + 1) + len(_NO_DOCUMENTS)
+            return max(question_obs, calls * max(search_obs, message_obs) + message_obs + footer)
         # A reply runs up to MAX_CALLS_PER_REPLY tool calls, each answered by its own block.
         return max(question_obs, MAX_CALLS_PER_REPLY * max(search_obs, message_obs) + message_obs + footer)
 
@@ -359,10 +405,14 @@ class HotpotQAEnv(gym.Env[str, str]):
         return f"{left} turns left. Search again, or give your final answer in \\boxed{{}}."
 
     def _search(self, query: str, k: int) -> tuple[str, list[dict[str, Any]]]:
-        hits = self._index.top_k_batch([query], k)[0]
+        hits = self._index.top_k_batch([query], k)[0] if k > 0 else []
         passages = self._passages
         results = [{"rank": r, "id": passages[i].id, "title": passages[i].title, "score": round(s, 4)}
                    for r, (i, s) in enumerate(hits, start=1)]
+        if self.paper:
+            if not results:
+                return _NO_DOCUMENTS, results
+            return "\n".join(paper_hit(r, passages[i], s) for r, (i, s) in enumerate(hits, start=1)), results
         shown_query = self._sanitize(query, self.max_query_chars)
         if not results:
             return f'Search results for "{shown_query}" (no passage matched):\n', results
@@ -411,8 +461,11 @@ class HotpotQAEnv(gym.Env[str, str]):
         self._searches = 0
         self._retrieved = {}
         self._done = False
-        self._last_obs = f"Question: {self._question.question}\n" \
-                         f"You have {self.max_turns} turns. Search, or give your final answer in \\boxed{{}}."
+        if self.paper:  # the reference's agent gets the question alone
+            self._last_obs = self._question.question
+        else:
+            self._last_obs = f"Question: {self._question.question}\n" \
+                             f"You have {self.max_turns} turns. Search, or give your final answer in \\boxed{{}}."
         info = {"task_id": self._question.id, "task_text": self._question.question,
                 "num_questions": len(self.questions)}
         if self.render_mode == "human":
@@ -426,7 +479,7 @@ class HotpotQAEnv(gym.Env[str, str]):
             raise TypeError(f"an action is the agent's reply as a str, got {type(action).__name__}")
         question = self._question
         self._turn += 1
-        calls = parse_qa_calls(action[-self.max_reply_chars:], self.answer_extraction)
+        calls = parse_qa_calls(action[-self.max_reply_chars:], self.answer_extraction, self.protocol)
         reward, terminated, truncated = 0.0, False, False
         info: dict[str, Any] = {"results": [], "took_effect": True, "num_calls": 0}
 
@@ -434,8 +487,11 @@ class HotpotQAEnv(gym.Env[str, str]):
             answer = calls[0].answer
             score = qa_reward(answer, question.answers, self.f1_threshold, self.scoring)
             reward, terminated = score.reward, True
-            info.update(action="answer", answer=answer if answer is None else utf8_safe(answer), em=score.em, f1=score.f1, success=score.em,
-                        gold_answers=list(question.answers))
+            # Success gates the retry and the memory: exact match, or under the paper protocol a reward of 1 as the
+            # reference counts it (token F1 = 1 without exact match, e.g. the same words in another order).
+            success = score.reward >= 1.0 if self.paper else score.em
+            info.update(action="answer", answer=answer if answer is None else utf8_safe(answer), em=score.em,
+                        f1=score.f1, success=success, gold_answers=list(question.answers))
             info["episode_feedback"] = self._answer_feedback(answer, score.em, score.f1)
             info["feedback"] = info["episode_feedback"]
             text = f"Episode over: {info['episode_feedback']}"
@@ -457,8 +513,8 @@ class HotpotQAEnv(gym.Env[str, str]):
                     "answer in \\boxed{}")
             info.update(answer=None, em=False, f1=0.0, success=False, gold_answers=list(question.answers),
                         episode_feedback=line)
-            text += f"Episode over: {line}."
-        elif not terminated:
+            text += ("" if not text or text.endswith("\n") else "\n") + f"Episode over: {line}."
+        elif not terminated and not self.paper:  # the reference adds nothing to the tool results
             text += self._footer()
 
         self._done = terminated or truncated
@@ -474,7 +530,10 @@ class HotpotQAEnv(gym.Env[str, str]):
             error = self._sanitize(call.error, _MAX_ECHO_CHARS)
             return f"Your tool call could not be read: {error}.\n", f"unreadable tool call: {error}"
         query = call.query.strip()[: self.max_query_chars]
-        k = min(max(call.top_k if call.top_k is not None else self.top_k, 1), self.max_top_k)
+        if self.paper:  # the reference's tool: top_k (default 5) results asked for, the first 5 of them shown
+            k = min(call.top_k if call.top_k is not None else self.top_k, self.max_top_k)
+        else:
+            k = min(max(call.top_k if call.top_k is not None else self.top_k, 1), self.max_top_k)
         text, results = self._search(query, k)
         self._searches += 1
         self._retrieved.update((r["title"], None) for r in results)
@@ -488,6 +547,8 @@ class HotpotQAEnv(gym.Env[str, str]):
         shown = self._sanitize(answer, _MAX_ECHO_CHARS)
         if em:
             return f'answered correctly with "{shown}" (exact match)'
+        if self.paper and f1 >= 1.0:
+            return f'answered correctly with "{shown}" (token F1 1.00: the gold answer\'s words, not an exact match)'
         if f1 >= self.f1_threshold:
             return f'answered partially correctly with "{shown}" (token F1 {f1:.2f}, no exact match)'
         return f'answered wrong with "{shown}" (token F1 {f1:.2f})'

@@ -1,9 +1,17 @@
 """The HotpotQA tool protocol: reading a reply as search calls or, when it holds none, a final answer.
 
-Reply parsing never raises on text. A reply holds tool calls (``<search>q</search>``, or a JSON call
-``{"name": "search", "arguments": {"query": ..., "top_k": ...}}`` in ``<tool_call>`` tags, bare or in a code block;
-``local_search``, the reference code's tool name, is accepted as well), malformed calls (ordinary events the env
-answers with an error message), or none: then it is the final answer, read by ``erl_envs.qa.scoring``.
+Reply parsing never raises on text. Two readings:
+
+* ``"extended"`` (ours, the env's default): a reply holds tool calls (``<search>q</search>``, or a JSON call
+  ``{"name": "search", "arguments": {"query": ..., "top_k": ...}}`` in ``<tool_call>`` tags, bare or in a code
+  block; ``local_search``, the reference code's tool name, is accepted as well; at most ``MAX_CALLS_PER_REPLY``),
+  malformed calls (ordinary events the env answers with an error message), or none: then it is the final answer,
+  read by ``erl_envs.qa.scoring``.
+* ``"paper"`` (``parse_paper_calls``): the reference's, whose vLLM server reads tool calls with the Hermes parser.
+  Only ``<tool_call>`` tags hold calls (a last unclosed tag runs to the end of the reply); every tag's body must
+  decode as a JSON object with a string ``"name"`` and an ``"arguments"`` key, or the reply has no tool call at all
+  and is the final answer. A call naming another tool than ``local_search``, or with arguments the tool does not
+  take, is answered with an error message and costs its turn. Calls per reply are bounded only by the reply.
 """
 
 from __future__ import annotations
@@ -15,11 +23,14 @@ from typing import Literal
 
 from erl_envs.qa.scoring import extract_answer, tag_bodies
 
-__all__ = ["SEARCH_TOOL", "TOOL_NAMES", "MAX_CALLS_PER_REPLY", "QAReply", "parse_qa_reply", "parse_qa_calls"]
+__all__ = ["SEARCH_TOOL", "TOOL_NAMES", "PAPER_TOOL", "MAX_CALLS_PER_REPLY", "QAReply", "parse_qa_reply",
+           "parse_qa_calls", "parse_paper_calls"]
 
 SEARCH_TOOL = "search"
 # The reference code's retriever is called "local_search" (Qwen3 emits Hermes-style <tool_call> JSON naming it).
 TOOL_NAMES = (SEARCH_TOOL, "local_search")
+# The one tool of the reference's HotpotQA agent, and the only name its protocol (``"paper"``) accepts.
+PAPER_TOOL = "local_search"
 # Tool calls read from one reply, in order; later ones are ignored (each search costs a retrieval and its text).
 MAX_CALLS_PER_REPLY = 8
 
@@ -170,18 +181,76 @@ def _find_calls(text: str) -> list[tuple[int, QAReply]]:
     return calls[:MAX_CALLS_PER_REPLY]
 
 
-def parse_qa_calls(text: str, answer_extraction: str = "boxed") -> list[QAReply]:
-    """Read one reply: its tool calls in order (searches and unreadable calls, at most ``MAX_CALLS_PER_REPLY``),
-    or, when it has none, a one-element list with the answer."""
+# The Hermes parser's reading of tool calls: a closed tag's body, or a last unclosed tag's rest of the reply.
+_HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+_DIGITS = re.compile(r"[+-]?\d+")
+
+
+def _paper_top_k(value: object) -> tuple[int | None, str]:
+    """The tool's ``top_k`` argument read as an integer field is (whole numbers, their strings and integral floats
+    pass), or (None, why not)."""
+    if isinstance(value, bool):
+        return int(value), ""
+    if isinstance(value, int):
+        return value, ""
+    if isinstance(value, float) and value.is_integer():
+        return int(value), ""
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        return int(value.strip()), ""
+    return None, f"top_k must be a whole number, got {value!r}"
+
+
+def _paper_call(obj: dict) -> QAReply:
+    name, args = obj["name"], obj["arguments"]
+    if name != PAPER_TOOL:
+        return QAReply("invalid", error=f"{name!r} is not a tool; the only tool is {PAPER_TOOL!r}")
+    if not isinstance(args, dict):
+        return QAReply("invalid", error=f"the arguments of {PAPER_TOOL} must be an object, got {args!r}")
+    query = args.get("query")
+    if not isinstance(query, str):
+        return QAReply("invalid", error=f"{PAPER_TOOL} needs a \"query\" string")
+    top_k = None
+    if "top_k" in args:
+        top_k, problem = _paper_top_k(args["top_k"])
+        if top_k is None:
+            return QAReply("invalid", error=problem)
+    return QAReply("search", query=query, top_k=top_k)
+
+
+def parse_paper_calls(text: str) -> list[QAReply] | None:
+    """The tool calls of a reply as the reference's Hermes parser reads them, or None when the reply has none (it
+    is then the final answer): no ``<tool_call>`` tag, or any tag whose body is not a JSON object with a string
+    ``"name"`` and an ``"arguments"`` key."""
+    if "<tool_call>" not in text:
+        return None
+    calls = []
+    for closed, unclosed in _HERMES_CALL.findall(text):
+        try:
+            obj = json.loads(closed or unclosed)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or "arguments" not in obj:
+            return None
+        calls.append(obj)
+    return [_paper_call(obj) for obj in calls]
+
+
+def parse_qa_calls(text: str, answer_extraction: str = "boxed", protocol: str = "extended") -> list[QAReply]:
+    """Read one reply: its tool calls in order (searches and unreadable calls; at most ``MAX_CALLS_PER_REPLY``
+    under the ``"extended"`` protocol, all of them under ``"paper"``), or, when it has none, a one-element list
+    with the answer."""
     if not isinstance(text, str):
         raise TypeError(f"a reply must be a str, got {type(text).__name__}")
+    if protocol == "paper":
+        paper = parse_paper_calls(text)
+        return paper if paper else [QAReply("answer", answer=extract_answer(text, answer_extraction))]
     calls = _find_calls(text)
     if calls:
         return [call for _, call in calls]
     return [QAReply("answer", answer=extract_answer(text, answer_extraction))]
 
 
-def parse_qa_reply(text: str, answer_extraction: str = "boxed") -> QAReply:
+def parse_qa_reply(text: str, answer_extraction: str = "boxed", protocol: str = "extended") -> QAReply:
     """The first tool call of a reply, or its answer when it has none (see ``parse_qa_calls`` for all calls)."""
-    return parse_qa_calls(text, answer_extraction)[0]
+    return parse_qa_calls(text, answer_extraction, protocol)[0]
 

@@ -88,10 +88,13 @@ GENERIC_FORMAT_REMINDER = "Reply with your next action in the format the environ
 
 PAPER_SET = {
     "reflection_instructions": (
-        "You are a chief strategist for a game whose rules nobody told you. You are given the rulebook used so far "
-        "(it may be wrong) and the full record of a failed attempt. Compare what was expected with what happened, "
-        "work out the principles behind winning and losing, and write the next version of the Master Rulebook: "
-        "general, authoritative rules stated as definite principles, short enough to follow while playing.\n"
+        "You are a chief strategist for a game whose rules nobody told you. Your job is to refine the game's Master "
+        "Rulebook from field records: a collection of winning and failed playthroughs gathered over a long time, "
+        "each with the rulebook used so far (it may be wrong). Compare what was expected with what happened, and "
+        "learn above all from the contrast between the games that were won and those that were lost. Think long "
+        "term: look for general truths that hold across many situations, not for fixes of one game. Merge what you "
+        "find into one unified theory of the game, and state it as definite, authoritative principles, short "
+        "enough to follow while playing.\n"
         "Reply with a single block in exactly this shape:\n"
         "<prompt>\n"
         "<game_rules>\n"
@@ -110,18 +113,44 @@ PAPER_SET = {
     ),
     "reflection_request": (
         "# The rulebook so far (inferred from past attempts; it may be inaccurate)\n{base_prompt}\n\n"
-        "# A failed attempt at {game}\n{trace}\n\n"
+        "# Batch metrics\n{metrics}\n\n"
+        "# A failed attempt at {game}\n{task}\n\n{trace}\n\n"
         "Think step by step, then write an improved {game} rulebook for the next attempt inside "
         "<prompt>...</prompt>."
     ),
+    # The first attempts of the batch the reflection is asked about. The reference's workflow batch is the one
+    # episode (its scripts leave the batch size at 1), so these are this attempt's own numbers.
+    "metrics": "- Average reward of the first attempts: {average:.4f}\n"
+               "- Share of first attempts that succeeded: {success_rate:.4f}\n"
+               "- First attempts in the batch: {size}",
+    # The task line of each game: FrozenLake's generator parameters, Sokoban's layout (named by its goal, box and
+    # player cells, row then column) and its starting board in compact symbols.
+    "task": {
+        "FrozenLake": "Task: seed {seed}, board size {size}, frozen-tile probability {p}",
+        "Sokoban": "Level {name}, step budget {max_steps}. Its starting board:\n{layout}",
+    },
+    # What the feedback line adds to the outcome: no-effect moves, a trailing run of them, the last action, the
+    # final state, the reward and the steps taken.
+    "feedback": {
+        "no_effect": "{count} of the actions had no effect.",
+        "no_effect_run": "The last {count} actions in a row did nothing.",
+        "last_action": "Last action: {action}.",
+        "final_state": "Final state: {state}.",
+        "totals": "Reward {reward:.2f} after {steps} steps.",
+    },
+    "final_state": {
+        "FrozenLake": {"terminated": "in a hole", "truncated": "still on the board when the steps ran out"},
+        "Sokoban": {"terminated": "the puzzle unsolved when the episode ended",
+                    "truncated": "the puzzle unsolved when the steps ran out"},
+    },
     "trace_step": (
         "## Step {index}\nBoard seen before the action:\n{observation}\n"
         "Action read from the reply: {action}\n"
         "Reward: {reward}. Took effect: {took_effect}. Episode ended: {done}.{positions}\n"
         "Comment: {comment}"
     ),
-    "trace_outcome": "## Outcome\nFinal board:\n{final_observation}\nReward of the attempt: {total_return}\n"
-                     "Feedback: {feedback}",
+    "trace_outcome": "## Outcome\nFinal board:\n{final_observation}\nReward of the attempt: {total_return}. "
+                     "Solved: {solved}.\nFeedback: {feedback}",
 }
 
 
@@ -136,7 +165,9 @@ def format_reminder(style: str, prompt_set: str = "lenient", game: str | None = 
     _check_style(style)
     if style == "grid":
         return grid_prompts.format_reminder(prompt_set, game)
-    return qa_prompts.QA_FORMAT_REMINDER if style == "qa" else GENERIC_FORMAT_REMINDER
+    if style == "qa":
+        return qa_prompts.paper_reminder() if prompt_set == "paper" else qa_prompts.QA_FORMAT_REMINDER
+    return GENERIC_FORMAT_REMINDER
 
 
 def reflection_instructions(style: str, prompt_set: str = "lenient", game: str | None = None) -> str:

@@ -13,8 +13,8 @@ from typing import Sequence
 from erl_envs.grid.text import SymbolSet
 from erl_envs.reflection import prompts
 
-__all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace",
-           "DEFAULT_MAX_FIELD_CHARS"]
+__all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace", "paper_feedback",
+           "paper_metrics", "paper_task", "board_of", "compact_grid", "DEFAULT_MAX_FIELD_CHARS"]
 
 # A trace field longer than this (a QA turn's passages, a rambling reply) is cut in the middle: the head holds the
 # grid or the first passages, the tail holds the action block, and the reflection prompt stays a sane length.
@@ -78,14 +78,15 @@ def format_trace(steps: Sequence[TraceStep], final_observation: str, total_retur
 
 
 def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
-                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS, solved: bool = False) -> str:
     """The attempt as the paper prompt set writes it: per step the board, the action *as read* (not the raw reply),
-    reward, took effect, episode ended, positions when known and the comment; then the outcome."""
+    reward, took effect, episode ended, positions when known and the comment; then the outcome, whether it solved
+    the task, and the feedback (``paper_feedback``)."""
     template = prompts.PAPER_SET["trace_step"]
     parts = [
         template.format(
             index=i + 1,
-            observation=clip_text(step.observation, max_field_chars),
+            observation=clip_text(board_of(step.observation), max_field_chars),
             action=(step.action_read or "none (no valid action in the reply: an invalid action)")
             if step.action_reported else clip_text(step.action, max_field_chars),
             reward=f"{step.reward:g}",
@@ -97,11 +98,77 @@ def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total
         for i, step in enumerate(steps)
     ]
     parts.append(prompts.PAPER_SET["trace_outcome"].format(
-        final_observation=clip_text(final_observation, max_field_chars),
+        final_observation=clip_text(board_of(final_observation), max_field_chars),
         total_return=f"{total_return:g}",
+        solved=_yes_no(solved),
         feedback=feedback,
     ))
     return "\n\n".join(parts)
+
+
+def paper_feedback(steps: Sequence[TraceStep], outcome: str, total_return: float, success: bool,
+                   game: str | None) -> str:
+    """The paper set's feedback line: the env's outcome line, then (for a failed attempt) how many actions had no
+    effect and a trailing run of two or more of them, the last action, the final state, the reward and the steps."""
+    texts = prompts.PAPER_SET["feedback"]
+    parts = [outcome]
+    no_effect = sum(not step.took_effect for step in steps)
+    run = 0
+    for step in reversed(steps):
+        if step.took_effect:
+            break
+        run += 1
+    if not success and no_effect:
+        parts.append(texts["no_effect"].format(count=no_effect))
+        if run >= 2:
+            parts.append(texts["no_effect_run"].format(count=run))
+    if steps:
+        last = steps[-1]
+        action = last.action_read if last.action_reported else last.action.strip()
+        parts.append(texts["last_action"].format(action=action or "none (no valid action in the reply)"))
+        states = prompts.PAPER_SET["final_state"].get(game or "", {})
+        ending = "terminated" if last.terminated else "truncated" if last.truncated else None
+        if not success and ending in states:
+            parts.append(texts["final_state"].format(state=states[ending]))
+    parts.append(texts["totals"].format(reward=total_return, steps=len(steps)))
+    return " ".join(parts)
+
+
+def paper_metrics(returns: Sequence[float], successes: Sequence[bool]) -> str:
+    """The batch-metrics block of the paper request: mean first-attempt reward, success rate, batch size."""
+    size = len(returns)
+    return prompts.PAPER_SET["metrics"].format(average=sum(returns) / size, success_rate=sum(successes) / size,
+                                               size=size)
+
+
+def board_of(observation: str) -> str:
+    """The board of a grid observation (its rows of tab-ended cells), without the lines about the turn; the whole
+    text when it holds no such rows."""
+    rows = [line for line in observation.split("\n") if "\t" in line]
+    return "\n".join(rows) if rows else observation
+
+
+def compact_grid(grid: str) -> str:
+    """A grid observation (cells ``" S \t"``) as rows of bare symbols, e.g. ``EEEE`` / ``EADE``."""
+    return "\n".join(row.replace("\t", "").replace(" ", "") for row in grid.split("\n"))
+
+
+def paper_task(game: str | None, seed: int | None, info: dict, max_steps: int | None) -> str:
+    """The task line of the paper request: FrozenLake's seed, size and p; Sokoban's level name (its size, then its
+    goal, box and player cells, as the paper's layout names are written) and its starting board in compact symbols;
+    "" for another game."""
+    template = prompts.PAPER_SET["task"].get(game or "")
+    if template is None:
+        return ""
+    if game == "FrozenLake":
+        p = info.get("p")
+        return template.format(seed=seed, size=info.get("size"), p="none (a given map)" if p is None else p)
+    layout = compact_grid(str(info.get("task_text", "")))
+    rows = layout.split("\n")
+    cells = lambda mark, items: "_".join(f"{mark}{r}{c}" for r, c in items)  # noqa: E731
+    name = (f"sokoban_{len(rows)}x{max(map(len, rows))}_{cells('g', info.get('goals', ()))}_"
+            f"{cells('b', info.get('boxes', ()))}_{cells('p', [info['position']] if 'position' in info else [])}")
+    return template.format(name=name, max_steps=max_steps, layout=layout)
 
 
 @dataclass(frozen=True)

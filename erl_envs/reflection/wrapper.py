@@ -9,14 +9,12 @@ hands back one complete, JSON-serialisable record of the episode.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import operator
 import re
 import warnings
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,34 +23,46 @@ from erl_envs import protocol
 from erl_envs.grid.text import SymbolSet
 from erl_envs.protocol import TEXT_CHARSET, FreeText, utf8_safe
 from erl_envs.reflection import prompts
+from erl_envs.reflection.record import to_jsonable
 from erl_envs.reflection.trace import (
     DEFAULT_MAX_FIELD_CHARS,
     ReflectionRequest,
     TraceStep,
     format_paper_trace,
     format_trace,
+    paper_feedback,
+    paper_metrics,
+    paper_task,
 )
 
-__all__ = [
-    "ReflectionWrapper",
-    "PHASES",
-    "extract_prompt",
-    "to_jsonable",
-]
+__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "extract_prompt", "with_reminder", "to_jsonable"]
 
 PHASES = ("attempt1", "reflect", "attempt2")
+# How a reflection becomes attempt 2's system prompt and the memory. "project": the last non-empty <prompt> block,
+# the reminder on a line of its own, stored (without the reminder) only when the prompt came from the reflection.
+# "paper": the reference's: the first block (an empty one is a fallback), the reminder appended once
+# (``with_reminder``), and the prompt attempt 2 played with stored on its success, a fallback's included.
+MEMORY_RULES = ("project", "paper")
 
 _PROMPT_BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
 
-def extract_prompt(text: str) -> tuple[str | None, str]:
+def extract_prompt(text: str, rule: str = "project") -> tuple[str | None, str]:
     """The new system prompt inside ``<prompt>...</prompt>``, or ``(None, why not)``.
 
-    The last non-empty block wins: models often mention the tags while thinking before writing the real block.
-    An unclosed block counts as missing (the paper falls back to the base prompt whenever the tags are absent).
+    Under the ``"project"`` rule the last non-empty block wins: models often mention the tags while thinking before
+    writing the real block. Under ``"paper"`` the first block wins, as in the reference, and an empty first block
+    means no prompt. An unclosed block counts as missing (the paper falls back to the base prompt whenever the tags
+    are absent).
     """
     if not text.strip():
         return None, "the reflection is empty"
+    if rule == "paper":
+        first = _PROMPT_BLOCK.search(text)
+        if first is None:
+            return None, "the reflection has no complete <prompt>...</prompt> block"
+        block = first.group(1).strip()
+        return (block, "") if block else (None, "the reflection's first <prompt>...</prompt> block is empty")
     blocks = [b.strip() for b in _PROMPT_BLOCK.findall(text)]
     if not blocks:
         return None, "the reflection has no complete <prompt>...</prompt> block"
@@ -62,50 +72,13 @@ def extract_prompt(text: str) -> tuple[str | None, str]:
     return filled[-1], ""
 
 
-def to_jsonable(value: Any) -> Any:
-    """A copy of ``value`` that ``json.dumps`` accepts: numpy scalars and arrays, tuples, sets, enums, odd keys.
-
-    Non-finite floats become the strings "nan", "inf", "-inf" (strict JSON has no such numbers); anything else
-    unknown becomes its ``repr``, so a record never fails to serialise because of one exotic info value. Strings
-    (keys too) lose their lone surrogates (``utf8_safe``), so the record can always be written as UTF-8.
-    """
-    # Exact-type fast paths first: records are mostly plain values, and this runs on every info of every step.
-    kind = type(value)
-    if kind is str:
-        return utf8_safe(value)
-    if kind is int or kind is bool or value is None:
-        return value
-    if kind is float:
-        return value if math.isfinite(value) else repr(value)
-    if kind is dict:
-        return {utf8_safe(k) if type(k) is str else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
-    if kind is list or kind is tuple:
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        return utf8_safe(str(value))
-    if isinstance(value, Enum):
-        return to_jsonable(value.value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.ndarray):
-        return to_jsonable(value.tolist())
-    if isinstance(value, Mapping):
-        return {utf8_safe(k) if isinstance(k, str) else str(to_jsonable(k)): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [to_jsonable(v) for v in value]
-        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return repr(value)
+def with_reminder(prompt: str, reminder: str) -> str:
+    """``prompt`` with the format reminder appended after a blank line, unless it already ends with it (the
+    reference's rule: a remembered prompt, which carries the reminder, does not get a second one)."""
+    base, tail = prompt.rstrip(), reminder.strip()
+    if not base:
+        return tail
+    return base if base.endswith(tail) else f"{base}\n\n{tail}"
 
 
 def _check_text(value: Any, what: str) -> str:
@@ -234,10 +207,12 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
        there is one, else the initial instructions), the trace (each step's observation, action, reward, whether it
        took effect, done flag, one-line comment), the return and the episode feedback line.
     3. ``reflect``: the action is the reflection text (reward 0.0). The new system prompt is the last non-empty
-       ``<prompt>...</prompt>`` block; if there is none, the base prompt is used and ``info["reflection_fallback"]``
-       says so. With a ``reflector`` the wrapper calls it itself and this phase is never returned to the agent.
+       ``<prompt>...</prompt>`` block (``memory_rule="paper"``: the first block, empty meaning none); if there is
+       none, the base prompt is used and ``info["reflection_fallback"]`` says so. With a ``reflector`` the wrapper
+       calls it itself and this phase is never returned to the agent.
     4. ``attempt2``: the inner env is reset to the same instance (same seed and options) and played with the new
-       prompt plus the one-line format reminder. The episode ends when attempt 2 ends.
+       prompt plus the format reminder (``"paper"``: appended after a blank line unless the prompt already ends
+       with it, ``with_reminder``). The episode ends when attempt 2 ends.
 
     ## Rewards
     Each step returns the inner env's reward; ``info["attempt"]`` says which attempt it belongs to (1 or 2, None on
@@ -263,9 +238,11 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ## Memory
     ``memory`` (a ``ReflectionMemory``, ``RetrievalMemory``, a ``PoolMemory.handle()`` or anything with
     ``get(task_text)`` and ``update(prompt, task_text)``; an optional ``start_episode()`` is called at every reset)
-    may be shared by many wrappers. It is read only as the base of a reflection,
-    never on attempt 1, and written with the reflection's prompt when attempt 2 succeeds (the env's ``success``,
-    else ``r2 >= memory_threshold``) and the prompt really came from the reflection (not from a fallback).
+    may be shared by many wrappers. It is read only as the base of a reflection, never on attempt 1, and written
+    when attempt 2 succeeds (the env's ``success``, else ``r2 >= memory_threshold``): under ``memory_rule="project"``
+    with the reflection's prompt, and only when it really came from the reflection (not from a fallback); under
+    ``"paper"`` (the reference's rule) with attempt 2's whole system prompt, format reminder included, whether it
+    came from the reflection or from a fallback to the base prompt.
 
     ## Arguments
     * ``env``: the text env.
@@ -281,6 +258,8 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
       (``prompts.reflection_instructions(style)``, ``prompts.format_reminder(style)``).
     * ``max_reflection_chars`` (20000): a longer reflection is cut to this length before the tags are read.
     * ``max_trace_field_chars`` (4000): observations and actions longer than this are cut in the middle in traces.
+    * ``memory_rule`` (``"project"``): ``"paper"`` for the reference's choice of ``<prompt>`` block, reminder and
+      memory writes (see Phases and Memory; ``MEMORY_RULES``).
 
     ## Seeding
     ``reset(seed=s)`` plays instance ``s`` (the inner env is reset with ``seed=s``, so it is the instance
@@ -321,14 +300,18 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         format_reminder: str | None = None,
         max_reflection_chars: int = 20_000,
         max_trace_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS,
+        memory_rule: str = "project",
     ):
         # Recorded so that env.spec can rebuild the wrapped env (gymnasium's convention for wrappers).
         gym.utils.RecordConstructorArgs.__init__(
             self, memory=memory, gate_threshold=gate_threshold, memory_threshold=memory_threshold,
             reflector=reflector, no_memory=no_memory, no_reflection=no_reflection,
             reflection_instructions=reflection_instructions, format_reminder=format_reminder,
-            max_reflection_chars=max_reflection_chars, max_trace_field_chars=max_trace_field_chars)
+            max_reflection_chars=max_reflection_chars, max_trace_field_chars=max_trace_field_chars,
+            memory_rule=memory_rule)
         gym.Wrapper.__init__(self, env)
+        if memory_rule not in MEMORY_RULES:
+            raise ValueError(f"memory_rule must be one of {list(MEMORY_RULES)}, got {memory_rule!r}")
         if memory is not None and not (callable(getattr(memory, "get", None))
                                        and callable(getattr(memory, "update", None))):
             raise TypeError(f"memory must have get(task_text) and update(prompt, task_text) methods, "
@@ -354,6 +337,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.no_reflection = bool(no_reflection)
         self.max_reflection_chars = max_reflection_chars
         self.max_trace_field_chars = max_trace_field_chars
+        self.memory_rule = memory_rule
         self.style = protocol.prompt_style_of(env)
         # The env's prompt set (``prompts=`` of the grid games) also picks the reflection texts.
         self.prompt_set = getattr(env.unwrapped, "prompt_set", "lenient")
@@ -388,6 +372,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._task_id = ""
         self._task_text = ""
         self._instructions = ""
+        self._env_info: dict = {}  # the inner env's reset info of this episode
         self._attempt1: _Attempt | None = None
         self._attempt2: _Attempt | None = None
         self._request: ReflectionRequest | None = None
@@ -435,6 +420,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         task_text = env_info.get("task_text")
         self._task_text = task_text if isinstance(task_text, str) and task_text else _as_text(obs)
         self._instructions = protocol.instructions_of(self.env)
+        self._env_info = env_info if isinstance(env_info, dict) else {}
         self._attempt1 = _Attempt(self._instructions, [obs])
         self._phase = "attempt1"
         info = self._info("attempt1", self._instructions, True, task_text=self._task_text, env_info=env_info)
@@ -483,9 +469,12 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _trace_text(self, attempt: _Attempt, steps: tuple[TraceStep, ...] | None = None) -> str:
         steps = attempt.trace_steps() if steps is None else steps
-        write = format_paper_trace if self._paper_request else format_trace
-        return write(steps, _as_text(attempt.observations[-1]), attempt.total, attempt.feedback(),
-                     self.max_trace_field_chars)
+        final = _as_text(attempt.observations[-1])
+        if not self._paper_request:
+            return format_trace(steps, final, attempt.total, attempt.feedback(), self.max_trace_field_chars)
+        success = attempt.success(self.gate_threshold)
+        feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name)
+        return format_paper_trace(steps, final, attempt.total, feedback, self.max_trace_field_chars, solved=success)
 
     def _build_request(self) -> ReflectionRequest:
         attempt = self._attempt1
@@ -498,7 +487,11 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         steps = attempt.trace_steps()
         trace = self._trace_text(attempt, steps)
         if self._paper_request:
-            text = prompts.PAPER_SET["reflection_request"].format(base_prompt=base, trace=trace, game=self.game_name)
+            success = attempt.success(self.gate_threshold)
+            task = paper_task(self.game_name, self._episode_seed, self._env_info, self._env_info.get("steps_left"))
+            text = prompts.PAPER_SET["reflection_request"].format(
+                base_prompt=base, metrics=paper_metrics([attempt.total], [success]), game=self.game_name, task=task,
+                trace=trace)
         else:
             text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=trace)
         symbols = getattr(self.env.unwrapped, "symbols", None)
@@ -524,11 +517,14 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if truncated:
             text = text[: self.max_reflection_chars]
         text = utf8_safe(text)
-        prompt, reason = extract_prompt(text)
+        prompt, reason = extract_prompt(text, self.memory_rule)
         fallback = prompt is None
         request = self._request
         used = request.base_prompt if fallback else prompt
-        system_prompt = f"{used}\n{self.format_reminder}"
+        if self.memory_rule == "paper":
+            system_prompt = with_reminder(used, self.format_reminder)
+        else:
+            system_prompt = f"{used}\n{self.format_reminder}"
         self._reflection = {
             "request": request.text,
             "system_prompt": request.system_prompt,
@@ -570,9 +566,13 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         success1 = self._attempt1.success(self.gate_threshold)
         success2 = None if self._attempt2 is None else self._attempt2.success(self.memory_threshold)
         memory_updated = False
-        if success2 and self._memory_on() and self._reflection is not None and not self._reflection["fallback"]:
-            self.memory.update(self._reflection["prompt"], task_text=self._task_text)
-            memory_updated = True
+        if success2 and self._memory_on() and self._reflection is not None:
+            if self.memory_rule == "paper":  # what attempt 2 played with, reminder and all, a fallback's too
+                self.memory.update(self._attempt2.system_prompt, task_text=self._task_text)
+                memory_updated = True
+            elif not self._reflection["fallback"]:
+                self.memory.update(self._reflection["prompt"], task_text=self._task_text)
+                memory_updated = True
         reflected = self._reflection is not None
         record = to_jsonable({
             "task_id": self._task_id,

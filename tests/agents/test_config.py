@@ -309,6 +309,9 @@ def test_paper_preset_plays_the_grid_games_by_the_papers_protocol(monkeypatch, t
         assert cfg.eval_set == "paper"
     hotpot = build_config({"preset": "paper-qwen3-4b", "env": "ERL-HotpotQA-v0"})
     assert "prompts" not in hotpot.env_kwargs and hotpot.memory == "pool"
+    assert hotpot.env_kwargs["protocol"] == "paper" and (hotpot.eval_set, hotpot.eval_tasks) == ("paper", 1024)
+    # The reference's memory rule in the paper preset; the project's everywhere else.
+    assert cfg.memory_rule == hotpot.memory_rule == "paper" and build_config({"preset": "cpu-tiny"}).memory_rule == "project"
     monkeypatch.setenv("ERL_PAPER_TASKS", str(tmp_path))
     monkeypatch.setenv("ERL_SHARED", str(tmp_path))
     (tmp_path / "sokoban_train.parquet").write_bytes(b"")

@@ -168,3 +168,11 @@ def test_sampled_token_budget_stops_the_run_and_counts_across_resume(tmp_path):
         _run_config(tmp_path, "bad", max_sampled_tokens=-1)
 
 
+
+
+def test_memory_rule_flag_reaches_every_reflection_wrapper(tmp_path):
+    for rule in ("project", "paper"):
+        trainer = Trainer(_run_config(tmp_path, rule, env="ERL-FrozenLake-v0", env_kwargs={"size": 2}, algo="erl",
+                                      n_erl=2, memory_rule=rule, reflector="rule"))
+        trainer.close()
+        assert {env.memory_rule for env in trainer.train_envs} == {rule}

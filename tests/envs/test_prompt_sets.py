@@ -47,12 +47,42 @@ def test_paper_sokoban_step_messages_speak_of_walls_and_pushing():
     env = gym.make("ERL-Sokoban-v0", prompts="paper")
     env.reset(options={"level": ["#####", "#@$.#", "#   #", "#####"]})
     obs = env.step("```Up```")[0]  # into the wall
-    assert "wall" in obs and "blocked" in obs and "Not solved yet" in obs and "Steps remaining: 7" in obs
+    assert "wall" in obs and "blocked" in obs and "Not solved yet" in obs and "At most 63 moves remain." in obs
     obs = env.step("```Down```")[0]
     assert "worked (you moved, or pushed a box)" in obs and "not solved yet" in obs
     env.step("```Up```")
     obs, reward, terminated, *_ = env.step("```Right```")  # pushes the box onto the goal
     assert terminated and reward == 1.0 and "worked" not in obs  # no "plan your next move" after the end
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_observations_carry_the_turn_index_and_the_goal_line_from_the_first_turn(env_id):
+    env = gym.make(env_id, prompts="paper")
+    obs, _ = env.reset(seed=4)
+    lines = obs.split("\n")
+    assert lines[0] == "Board at turn 0:" and "Not solved yet. Give your next action." in lines
+    obs = env.step("no move here")[0]
+    assert obs.startswith("Board at turn 1:\n") and obs.index("Not solved yet") < obs.index("No valid")
+    lenient, _ = gym.make(env_id).reset(seed=4)
+    assert "turn" not in lenient and "Not solved yet" not in lenient  # the lenient set is unchanged
+
+
+def test_paper_sokoban_counts_down_the_references_64_moves_while_the_episode_ends_at_8():
+    """The reference's Sokoban agent tells the model "Maximum remaining moves: 64", minus one per reply, while its
+    levels end after 8 steps: the paper set shows what the paper's model saw; elsewhere the true budget."""
+    env = gym.make("ERL-Sokoban-v0", prompts="paper")
+    obs, _ = env.reset(seed=0)
+    assert obs.endswith("\nAt most 64 moves remain.")
+    for turn in range(1, 9):
+        obs, reward, terminated, truncated, info = env.step("```Left```" if turn % 2 else "```Right```")
+        assert obs.endswith(f"\nAt most {64 - turn} moves remain.")
+        if terminated:
+            break
+    assert (terminated or truncated) and turn <= 8 and info["steps_left"] == 8 - turn
+    obs, _ = gym.make("ERL-Sokoban-v0").reset(seed=0)
+    assert obs.endswith("\nSteps remaining: 8")
+    obs, _ = gym.make("ERL-FrozenLake-v0", prompts="paper").reset(seed=0)
+    assert obs.endswith("\nSteps remaining: 8")
 
 
 @pytest.mark.parametrize("env_id", GRID_IDS)
@@ -72,6 +102,48 @@ def test_paper_reflection_request_lists_every_element(env_id):
     for part in ("Symbol Meanings", "Information & Interpretation", "Gameplay & Actions", "Action Effects",
                  "Game Objective & Termination", "Core Strategies", "Tactical Tips", "<prompt>"):
         assert part in system, part
+
+
+def test_paper_reflection_system_prompt_frames_a_collection_to_learn_from_by_contrast():
+    system = _fail_and_reflect("ERL-FrozenLake-v0")[2]["system_prompt"]
+    for element in ("collection of winning and failed playthroughs", "contrast between the games that were won",
+                    "general truths", "one unified theory", "authoritative"):
+        assert element in system, element
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_paper_request_has_the_batch_metrics_the_task_and_the_correctness_flag(env_id):
+    env, request, _ = _fail_and_reflect(env_id)
+    # The reference's workflow batch is this one episode: its reward, a success rate of 0, a batch of 1.
+    assert ("# Batch metrics\n- Average reward of the first attempts: 0.0000\n"
+            "- Share of first attempts that succeeded: 0.0000\n- First attempts in the batch: 1") in request
+    assert "Reward of the attempt: 0. Solved: no." in request
+    inner = env.unwrapped
+    if env_id == "ERL-FrozenLake-v0":
+        assert f"Task: seed 3, board size {inner._n}, frozen-tile probability {inner._level_p}\n" in request
+    else:
+        info = env._env_info  # the level's name: its size, then goal, box and player cells, as in the paper's files
+        (gr, gc), = info["goals"]
+        (br, bc), = info["boxes"]
+        pr, pc = info["position"]
+        layout = "\n".join(r.replace("\t", "").replace(" ", "") for r in info["task_text"].split("\n"))
+        size = f"{len(layout.split())}x{len(layout.split()[0])}"
+        assert f"Level sokoban_{size}_g{gr}{gc}_b{br}{bc}_p{pr}{pc}, step budget 8. Its starting board:\n{layout}\n" \
+            in request
+    # The board of each step, not the lines about the turn that came with it.
+    assert "Board seen before the action:\nBoard at turn" not in request
+
+
+def test_paper_feedback_counts_no_effect_moves_and_names_the_last_action_and_the_final_state():
+    env = ReflectionWrapper(gym.make("ERL-Sokoban-v0", prompts="paper"))
+    env.reset(options={"level": ["######", "#@ $.#", "#    #", "######"]})
+    for reply in ["```Down```", "```Right```", "no move", "```Down```", "```Down```", "```Left```", "```Down```",
+                  "```Down```"]:
+        request, *_ = env.step(reply)
+    feedback = request.split("Feedback: ")[1].split("\n")[0]
+    assert feedback == ("Hit the max step limit before solving the puzzle. 5 of the actions had no effect. The last 2 "
+                        "actions in a row did nothing. Last action: Down. Final state: the puzzle unsolved when the "
+                        "steps ran out. Reward 0.00 after 8 steps.")
 
 
 @pytest.mark.parametrize("env_id", GRID_IDS)

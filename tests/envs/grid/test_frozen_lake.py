@@ -554,3 +554,46 @@ def test_feasible_generator_stays_available():
     assert max(paper.reset(seed=s)[1]["optimal_steps"] for s in range(300)) <= 6
     with pytest.raises(ValueError, match="generator"):
         FrozenLakeTextEnv(generator="mine")
+
+
+def _literal_paper_map(seed, n, p):
+    """The reference generator as paper_tasks/README.md describes it, with numpy's own calls and the literal DFS."""
+    from gymnasium.utils import seeding
+
+    rng, _ = seeding.np_random(seed)
+    while True:
+        board = rng.choice(["F", "H"], (n, n), p=[p, 1 - p])
+        while True:
+            sr, sc, gr, gc = (int(v) for v in rng.integers(0, n, size=4))
+            if (sr, sc) != (gr, gc):
+                break
+        board[sr][sc], board[gr][gc] = "S", "G"
+        rows = ["".join(row) for row in board]
+        if _literal_dfs(rows):
+            return rows
+
+
+def test_fast_paper_generator_matches_the_literal_one_on_fresh_triples():
+    """The generator's shortcuts (cheap draws, distance and shortest-path tests before the search, the search on
+    flags) change no map: fresh (seed, size, p) triples, none of them a fixture row, give the literal generator's map."""
+    rng = np.random.default_rng(2026)
+    env = FrozenLakeTextEnv()
+    for _ in range(400):
+        seed, n, p = int(rng.integers(100_000, 2**31 - 1)), int(rng.integers(2, 10)), float(rng.uniform(0.6, 0.85))
+        env.reset(seed=seed, options={"size": n, "p": p})
+        assert env.map_rows == _literal_paper_map(seed, n, p), (seed, n, p)
+
+
+def test_abstract_symbols_are_the_papers_with_an_ascii_agent_on_the_goal():
+    """A agent, B goal, C hole, D frozen, X agent in a hole as in the reference; on the goal it shows a check mark,
+    here Y (observations stay ASCII)."""
+    env = FrozenLakeTextEnv(render_mode="ansi")
+    obs, _ = env.reset(options={"map": TINY})
+    assert obs.startswith(" A \t D \t D \t\n D \t C \t D \t\n D \t D \t B \t")
+    for move in ("```Right```", "```Right```", "```Down```", "```Down```"):
+        env.step(move)
+    assert env.render().endswith(" Y \t") and env.render().isascii()
+    env.reset(options={"map": TINY})
+    env.step("```Right```")
+    env.step("```Down```")
+    assert " X \t" in env.render()

@@ -3,6 +3,7 @@
 import gc
 import importlib.util
 import json
+import re
 import weakref
 
 import gymnasium as gym
@@ -15,6 +16,7 @@ from erl_envs.qa import prompts as qa_prompts
 from erl_envs.qa.hotpotqa import MAX_REPLY_CHARS, HotpotQAEnv
 from erl_envs.qa.data import DataError
 from erl_envs.qa.search import BM25Index
+from erl_envs.reflection import ReflectionWrapper
 from paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "hotpotqa_scripted_agent.py"
@@ -213,19 +215,63 @@ def test_every_tool_call_of_a_reply_runs_and_local_search_is_accepted():
     assert len(obs) <= env.observation_space.max_length
 
 
-def test_paper_protocol_shows_five_passages_cut_at_300_characters():
+def _paper_call(query, top_k=None):
+    args = {"query": query} if top_k is None else {"query": query, "top_k": top_k}
+    return f"<tool_call>{json.dumps({'name': 'local_search', 'arguments': args})}</tool_call>"
+
+
+def test_paper_protocol_shows_whole_passages_as_the_reference_retriever_renders_them():
     long_text = " ".join(["word"] * 500)
     data = [{"question": "Q about words?", "answer": "x",
              "context": [[f"Long {i}", [long_text + f" w{i}"]] for i in range(8)] + [["Other", ["zzz"]]]}]
     env = make(data=data, protocol="paper")
-    assert (env.unwrapped.top_k, env.unwrapped.max_top_k, env.unwrapped.max_passage_chars) == (5, 5, 300)
-    obs, _, _, _, info = play(env, ['{"name": "search", "arguments": {"query": "word", "top_k": 10}}'])[-1]
-    assert len(info["results"]) == 5
-    passage_line = obs.split("\n")[2]
-    assert passage_line.endswith(" ...") and len(passage_line) <= 304
-    assert make(data=data).unwrapped.max_top_k == 10  # the extended protocol: up to 10, cut at 600
+    assert (env.unwrapped.top_k, env.unwrapped.max_top_k, env.unwrapped.max_passage_chars) == (5, 5, None)
+    steps = play(env, [_paper_call("word", 10), _paper_call("word w3", 2)])
+    assert steps[0][0] == "Q about words?"  # the question alone, as the reference's agent gets it
+    obs, _, _, _, info = steps[1]
+    assert len(info["results"]) == 5 and obs.count("[Document ") == 5
+    first = info["results"][0]
+    record = {"id": first["id"], "contents": f'"{first["title"]}"\n{long_text} w{first["title"][-1]}'}
+    header, shown, blank, second = obs.split("\n")[:4]
+    assert re.fullmatch(r"\[Document 1\] \(ID: doc_1, Score: \d+\.\d{3}\)", header) and abs(
+        float(header[-6:-1]) - first["score"]) < 1e-3
+    assert shown == str(record) and len(shown) > 2500 and blank == "" and second.startswith("[Document 2] (ID: doc_2")
+    assert "turns left" not in obs and obs.endswith("}\n")  # nothing after the tool's own text
+    assert steps[2][0].count("[Document ") == 2  # top_k below 5 shows fewer
+    assert make(data=data).unwrapped.max_passage_chars == 600  # the extended protocol cuts at 600
     with pytest.raises(ValueError, match="protocol"):
         make(protocol="verl")
+
+
+def test_paper_protocol_tool_calls_end_or_cost_a_turn_as_in_the_reference():
+    env = make(protocol="paper")
+    # A call naming another tool is answered with an error and costs the turn.
+    obs, reward, terminated, truncated, info = play(env, ['<tool_call>{"name": "search", "arguments": '
+                                                          '{"query": "Osk Works"}}</tool_call>'],
+                                                     options={"index": 1})[-1]
+    assert not (terminated or truncated) and "is not a tool" in obs and info["action"] == "invalid"
+    # <search> tags are not a tool call there: the reply is the final answer, scored.
+    obs, reward, terminated, *_ = play(env, ["<search>Osk Works</search> \\boxed{Marn River}"],
+                                       options={"index": 1})[-1]
+    assert terminated and reward == 1.0
+    # A malformed <tool_call> makes the whole reply the final answer too.
+    reply = '<tool_call>{"name": "local_search", "arguments": {"query": "Dulind"</tool_call> \\boxed{Marn River}'
+    obs, reward, terminated, truncated, info = play(env, [reply], options={"index": 1})[-1]
+    assert terminated and reward == 1.0 and info["action"] == "answer"
+
+
+def test_paper_protocol_counts_token_f1_of_one_as_success():
+    """The reference counts reward >= 1 as correct, so the same words in another order gate the retry and the
+    memory; the extended protocol keeps exact match."""
+    data = [{"question": "Where is Saltillo?", "answer": "Mexico, Coahuila", "context": [["Saltillo", ["A city."]]]}]
+    for kind, success in (("paper", True), ("extended", False)):
+        env = make(data=data, protocol=kind)
+        obs, reward, terminated, truncated, info = play(env, ["\\boxed{Coahuila, Mexico}"])[-1]
+        assert (reward, info["em"], info["f1"], info["success"]) == (1.0, False, 1.0, success), kind
+        wrapped = ReflectionWrapper(make(data=data, protocol=kind))
+        wrapped.reset(seed=0)
+        wrapped.step("\\boxed{Coahuila, Mexico}")
+        assert wrapped.phase == ("done" if success else "reflect"), kind
 
 
 def test_scoring_and_answer_extraction_switches():
@@ -394,3 +440,17 @@ def test_scripted_agent_example_runs_end_to_end(capsys):
     assert module.scripted_reply("Question: Who?\nYou have 5 turns.") == "<search>Who?</search>"
     assert module.scripted_reply("Search results for \"x\":\n[1] Osk Works (score 3.10)\ntext") \
         .endswith("\\boxed{Osk Works}")
+
+
+def test_paper_protocol_system_prompts_describe_the_tool_and_carry_it_into_reflected_prompts():
+    """Our trainer renders no tool schema, so the paper set writes what the reference's chat template shows: the
+    local_search function and the <tool_call> format, in the first prompt and appended to every reflected one."""
+    env = make(protocol="paper")
+    for element in ("\\boxed{}", '"name": "local_search"', "<tool_call>", "</tool_call>", '"top_k"'):
+        assert element in env.unwrapped.instructions, element
+    wrapped = ReflectionWrapper(make(protocol="paper"))
+    wrapped.reset(seed=0, options={"index": 1})
+    wrapped.step("\\boxed{the Rhine}")
+    *_, info = wrapped.step("<prompt>Search for the founding city first.</prompt>")
+    assert info["system_prompt"] == "Search for the founding city first.\n" + qa_prompts.paper_reminder()
+    assert make().unwrapped.instructions == qa_prompts.QA_INSTRUCTIONS  # the extended protocol keeps ours

@@ -124,3 +124,55 @@ def test_every_tool_call_of_a_reply_is_read_in_order():
     assert parse_qa_calls("no call \\boxed{x}") == [QAReply("answer", answer="x")]
 
 
+
+
+# ------------------------------------------------------------------------------------------------ the paper protocol
+
+CALL = '<tool_call>\n{"name": "local_search", "arguments": {"query": "Ed Wood"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        # Read as vLLM's Hermes parser reads them: only <tool_call> tags, each body one JSON object.
+        (f"Let me look it up.\n{CALL}", [QAReply("search", query="Ed Wood")]),
+        ('<tool_call>{"name": "local_search", "arguments": {"query": "a", "top_k": "3"}}', [QAReply("search", query="a", top_k=3)]),
+        ('<tool_call>{"name": "local_search", "arguments": {"query": "a", "top_k": 2.0}}</tool_call>',
+         [QAReply("search", query="a", top_k=2)]),
+        # A call the tool refuses costs the turn with an error message: another name, arguments it does not take.
+        ('<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>',
+         [QAReply("invalid", error="'search' is not a tool; the only tool is 'local_search'")]),
+        ('<tool_call>{"name": "local_search", "arguments": "a"}</tool_call>',
+         [QAReply("invalid", error="the arguments of local_search must be an object, got 'a'")]),
+        ('<tool_call>{"name": "local_search", "arguments": {"q": "a"}}</tool_call>',
+         [QAReply("invalid", error='local_search needs a "query" string')]),
+        ('<tool_call>{"name": "local_search", "arguments": {"query": "a", "top_k": 2.5}}</tool_call>',
+         [QAReply("invalid", error="top_k must be a whole number, got 2.5")]),
+    ],
+)
+def test_paper_protocol_reads_tool_calls_as_the_hermes_parser(reply, expected):
+    assert parse_qa_calls(reply, protocol="paper") == expected
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "<search>Ed Wood</search> \\boxed{yes}",  # not a tool call in the reference: a final answer
+        '{"name": "local_search", "arguments": {"query": "Ed Wood"}}',  # bare JSON
+        '```json\n{"name": "local_search", "arguments": {"query": "Ed Wood"}}\n```',  # a code fence
+        '<TOOL_CALL>{"name": "local_search", "arguments": {"query": "Ed Wood"}}</TOOL_CALL>',  # the tag is exact
+        # One malformed call, even beside a good one, leaves the reply with no tool call: it is the final answer.
+        CALL + '<tool_call>{"name": "local_search", "arguments": {"query": "x"</tool_call> \\boxed{yes}',
+        '<tool_call>{"name": "local_search"}</tool_call> \\boxed{yes}',  # no "arguments"
+        '<tool_call>{"name": 7, "arguments": {}}</tool_call>',  # a name that is not a string
+        '<tool_call>[{"name": "local_search", "arguments": {"query": "a"}}]</tool_call>',  # a list, not an object
+    ],
+)
+def test_paper_protocol_reads_anything_else_as_the_final_answer(reply):
+    assert [c.kind for c in parse_qa_calls(reply, protocol="paper")] == ["answer"]
+
+
+def test_paper_protocol_runs_every_call_of_a_reply():
+    calls = parse_qa_calls(CALL * (3 * MAX_CALLS_PER_REPLY), protocol="paper")
+    assert len(calls) == 3 * MAX_CALLS_PER_REPLY and {c.kind for c in calls} == {"search"}
+    assert len(parse_qa_calls(CALL * (3 * MAX_CALLS_PER_REPLY))) == MAX_CALLS_PER_REPLY  # ours caps them

@@ -472,6 +472,59 @@ def test_memory_is_updated_only_when_attempt2_succeeds_with_a_real_prompt():
     assert record["memory_updated"] is False and memory.get() == "second"
 
 
+@pytest.mark.parametrize(
+    "text, project, paper",
+    [
+        ("<prompt>draft</prompt> on second thought <prompt>final</prompt>", "final", "draft"),
+        ("<prompt>  </prompt><prompt>real</prompt>", "real", None),  # an empty first block is a fallback there
+        ("<prompt>only</prompt>", "only", "only"),
+        ("no tags", None, None),
+    ],
+)
+def test_paper_rule_keeps_the_first_prompt_block(text, project, paper):
+    assert extract_prompt(text)[0] == project and extract_prompt(text, "paper")[0] == paper
+
+
+def test_paper_memory_rule_stores_the_retry_prompt_with_its_reminder_fallbacks_included():
+    """The reference stores what the successful retry played with: the rulebook plus the format reminder, and the
+    base prompt plus reminder when the reflection had no <prompt> block; the reminder is never appended twice."""
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(Corridor(), memory=memory, memory_rule="paper")
+    reminder = reflection_prompts.GENERIC_FORMAT_REMINDER
+    record = run_episode(env, 0, ["left"] * 9, "<prompt>first</prompt> <prompt>second</prompt>", ["right"] * 9)
+    assert record["memory_updated"] is True and memory.get() == f"first\n\n{reminder}"
+    assert record["attempt2"]["system_prompt"] == memory.get()
+    # A fallback retry that succeeds is stored too: the base prompt (here the memory, reminder and all), once.
+    record = run_episode(env, 0, ["left"] * 9, "no tags", ["right"] * 9)
+    assert record["reflection"]["fallback"] and record["memory_updated"] is True
+    assert memory.get() == f"first\n\n{reminder}" and memory.get().count(reminder) == 1
+    fresh = ReflectionMemory()
+    env = ReflectionWrapper(Corridor(), memory=fresh, memory_rule="paper")
+    run_episode(env, 0, ["left"] * 9, "<prompt> </prompt>", ["right"] * 9)  # an empty first block: the fallback
+    assert fresh.get() == f"{protocol.instructions_of(Corridor())}\n\n{reminder}"
+    # A failed retry stores nothing, whatever the rule.
+    record = run_episode(env, 0, ["left"] * 9, "<prompt>bad</prompt>", ["left"] * 9)
+    assert record["memory_updated"] is False
+    with pytest.raises(ValueError, match="memory_rule"):
+        ReflectionWrapper(Corridor(), memory_rule="reference")
+
+
+def test_paper_memory_rule_on_a_paper_grid_game_keeps_one_reminder():
+    """FrozenLake's paper prompts end with the reminder already: a fallback retry plays the initial prompt as is."""
+    memory = ReflectionMemory()
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", prompts="paper"), memory=memory, memory_rule="paper")
+    obs, info = env.reset(seed=1, options={"map": ["SFG"] * 1 + ["FFF", "FFF"]})
+    initial = info["system_prompt"]
+    reminder = grid_prompts.PAPER_SET["reminder"]["FrozenLake"]
+    while env.phase == "attempt1":
+        *_, info = env.step("```Left```")
+    *_, info = env.step("I have no idea.")
+    assert info["reflection_fallback"] and info["system_prompt"] == initial and initial.endswith(reminder)
+    *_, info = env.step("```Right```")
+    *_, info = env.step("```Right```")
+    assert info["record"]["memory_updated"] and memory.get() == initial
+
+
 def test_memory_is_the_base_of_the_next_reflection_only():
     memory = ReflectionMemory("REMEMBERED RULEBOOK")
     env = ReflectionWrapper(Corridor(), memory=memory)

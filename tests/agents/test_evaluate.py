@@ -1,0 +1,57 @@
+"""Held-out tasks: HotpotQA under eval_set "paper" is the reference's evaluation, all 1,024 questions of its list
+once each and in order, played by index on a held-out env that is checked to hold exactly those questions."""
+
+import gymnasium as gym
+import pandas as pd
+import pytest
+
+import erl_envs  # noqa: F401  (registers the envs)
+from erl_agents.evaluate import (EVAL_SEED_BASE, HOTPOTQA_PAPER_FILE, eval_tasks, paper_questions,
+                                 paper_questions_problem)
+
+
+def _env(questions, answers):
+    data = [{"id": f"q{i}", "question": q, "answer": a, "context": [[f"Page {i}", [f"About {a}."]]]}
+            for i, (q, a) in enumerate(zip(questions, answers))]
+    return gym.make("ERL-HotpotQA-v0", data=data, protocol="paper")
+
+
+def test_hotpotqa_paper_eval_is_every_question_once_in_order(paper_tasks, monkeypatch):
+    monkeypatch.setenv("ERL_PAPER_TASKS", str(paper_tasks))
+    tasks = eval_tasks("ERL-HotpotQA-v0", {}, "paper", 1024)
+    assert [options["index"] for _, options in tasks] == list(range(1024))
+    assert len({seed for seed, _ in tasks}) == 1024 and min(seed for seed, _ in tasks) >= EVAL_SEED_BASE
+    assert len(eval_tasks("ERL-HotpotQA-v0", {}, "paper", 100)) == 100  # eval_tasks still caps it, as for the grids
+    assert all(options is None for _, options in eval_tasks("ERL-HotpotQA-v0", {}, "auto", 5))  # "auto": seeded
+    monkeypatch.setenv("ERL_PAPER_TASKS", str(paper_tasks / "missing"))
+    monkeypatch.setenv("ERL_SHARED", str(paper_tasks / "missing"))
+    monkeypatch.setattr("erl_agents.evaluate.paper_tasks_folder", lambda: None)
+    with pytest.raises(ValueError, match=HOTPOTQA_PAPER_FILE):
+        eval_tasks("ERL-HotpotQA-v0", {}, "paper", 1024)
+
+
+def test_the_held_out_env_must_hold_the_papers_questions_in_order(paper_tasks):
+    frame = pd.read_parquet(paper_tasks / HOTPOTQA_PAPER_FILE)
+    questions = paper_questions(paper_tasks)
+    assert len(questions) == 1024 and questions == list(frame["question"])
+    answers = list(frame["ground_truth"])
+    env = _env(questions[:60], answers)  # the first 60 stand for all 1,024: the check is the same
+    assert paper_questions_problem(env, questions[:60]) is None
+    # Index i plays question i: the order is what makes "once each, in order" hold.
+    env.reset(seed=1, options={"index": 7})
+    assert env.unwrapped._question.question == questions[7]
+    swapped = questions[:3] + [questions[4], questions[3]] + questions[5:40]
+    assert "question 3" in paper_questions_problem(_env(swapped, answers), questions[:40])
+    assert "has 10" in paper_questions_problem(_env(questions[:10], answers), questions[:40])
+
+
+def test_the_trainer_refuses_a_paper_evaluation_on_other_questions(paper_tasks, monkeypatch, tmp_path):
+    from erl_agents.config import build_config
+    from erl_agents.trainer import Trainer
+
+    monkeypatch.setenv("ERL_PAPER_TASKS", str(paper_tasks))
+    flags = dict(env="ERL-HotpotQA-v0", env_kwargs={"data": "synthetic", "num_questions": 20},
+                 eval_env_kwargs={"seed": 1}, eval_set="paper", eval_tasks=1024, model="tiny", steps=1,
+                 tasks_per_step=1, output=str(tmp_path / "run"), progress=False)
+    with pytest.raises(ValueError, match="eval_set 'paper' plays the paper's 1024 HotpotQA questions"):
+        Trainer(build_config(flags=flags))
