@@ -66,8 +66,10 @@ def prepare(module: str, folder: Path, fresh: bool) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in COPIED:
         source, target = ROOT / name, folder / name
-        if target.exists():
+        if target.exists() and name != "tests":
             continue
+        if target.exists():  # a resumed run re-checks its mutants against the tests as they are now
+            shutil.rmtree(target)
         if source.is_dir():
             shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
@@ -115,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutant name globs to run (e.g. '*group_advantages*'); the rest stay unchecked")
     parser.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--resume", action="store_true",
-                        help="keep the scratch folder and mutmut's results from an earlier run (re-checks nothing "
-                             "already decided)")
+                        help="keep the scratch folder and mutmut's results from an earlier run, with the tests copied "
+                             "anew; only unchecked mutants and those named with --only are run")
     parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
     parser.add_argument("--list", action="store_true", help="list the targeted modules and their test files")
     args = parser.parse_args(argv)
