@@ -3,6 +3,7 @@
 import pytest
 
 from erl_envs.qa.scoring import (
+    QAScore,
     exact_match,
     extract_answer,
     extract_answer_paper,
@@ -198,6 +199,16 @@ def test_reward_agrees_with_the_official_definitions_on_repetitive_answers():
                                                                                    for g in golds)):
             disagreements.append((prediction, golds, ours, official))
     assert disagreements == []
+
+
+def test_no_answer_is_no_match_and_the_scoring_choice_reaches_both_sides():
+    # No answer: not an exact match (the env's success), no F1, no reward.
+    assert qa_reward(None, "Paris") == QAScore(em=False, f1=0.0, reward=0.0)
+    # "unicode" scoring applies to the prediction and the gold alike, in EM, in F1 and in the reward's F1.
+    assert exact_match("Zoes cafe", "Zoe’s cafe", "unicode") and not exact_match("Zoes cafe", "Zoe’s cafe")
+    assert token_f1("Zoes", "Zoe’s", "unicode") == 1.0 and token_f1("Zoe’s", "Zoes", "unicode") == 1.0
+    assert qa_reward("Zoes Paris", "Zoe’s Paris France", scoring="unicode").f1 == pytest.approx(0.8)
+    assert qa_reward("Zoes Paris", "Zoe’s Paris France").f1 == pytest.approx(0.4)
 
 
 # ------------------------------------------------------------------------------------------------ paper extraction
