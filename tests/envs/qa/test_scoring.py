@@ -202,6 +202,7 @@ def test_reward_agrees_with_the_official_definitions_on_repetitive_answers():
 
 
 def test_no_answer_is_no_match_and_the_scoring_choice_reaches_both_sides():
+    assert normalize_answer("The Beatles!") == "beatles"  # official unless asked otherwise
     # No answer: not an exact match (the env's success), no F1, no reward.
     assert qa_reward(None, "Paris") == QAScore(em=False, f1=0.0, reward=0.0)
     # "unicode" scoring applies to the prediction and the gold alike, in EM, in F1 and in the reward's F1.
