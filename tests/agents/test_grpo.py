@@ -212,3 +212,8 @@ def test_entropy_and_reverse_kl_per_row_under_temperature():
 def test_aggregate_divides_by_one_token_or_sequence(mode):
     # One sequence with one masked-in token: the mean is the token itself.
     assert aggregate(torch.tensor([[3.0, 5.0]]), torch.tensor([[1, 0]]), mode).item() == 3.0
+
+
+def test_dual_clip_leaves_positive_advantages_below_one_alone():
+    loss, active = ppo_token_loss(torch.zeros(1), torch.zeros(1), torch.tensor([0.5]), clip_ratio_c=3.0)
+    assert loss.item() == pytest.approx(-0.5) and not active.item()
