@@ -1,9 +1,12 @@
-"""From episodes to training rows: GRPO groups per (task, role), zero-variance groups, consolidation copies."""
+"""From episodes to training rows: GRPO groups per (task, role), zero-variance groups, consolidation copies.
+
+The same rules on the trainer's whole path, for a scripted step: tests/agents/test_trainer_rows.py."""
 
 import pytest
 import torch
 
-from erl_agents.batch import consolidation_copies, zero_variance_groups
+from erl_agents.batch import assign_advantages, consolidation_copies, zero_variance_groups
+from erl_agents.config import TrainConfig
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
 from erl_agents.rollout import Episode, Trajectory
 from text_bandit import TextBanditEnv
@@ -65,3 +68,106 @@ def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
     assert student.teacher_offset == len(opening2) - len(opening1)
     with pytest.raises(ValueError, match="unknown consolidation mode"):
         consolidation_copies(policy, [episode], "sft")
+
+
+# ------------------------------------------------------------------------------------ advantages per (task, role)
+# One step's rows, by hand: two tasks, every role, partial rewards (HotpotQA-like F1 credit). Expected advantages
+# are written out below from the paper's rules (PAPER.md section 2); a row-building mode other than today's
+# (issue 21a's paper mode) adds its own table beside EXPECTED.
+
+STEP = [  # (task, role, reward)
+    (0, "attempt1", 1.0), (0, "attempt1", 0.0), (0, "attempt1", 0.0), (0, "attempt1", 0.5),
+    (0, "reflection", 1.0), (0, "reflection", 0.0), (0, "reflection", 0.5),
+    (0, "attempt2", 1.0), (0, "attempt2", 0.0), (0, "attempt2", 0.5),
+    (0, "distilled", 1.0), (0, "distilled", 0.5),
+    (1, "attempt1", 0.0), (1, "attempt1", 0.0),
+    (1, "reflection", 0.6),
+    (1, "attempt2", 0.6),
+    (1, "distilled", 0.6),
+]
+
+
+def _by_hand(rewards, eps=1e-6):
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = (sum((r - mean) ** 2 for r in rewards) / (n - 1)) ** 0.5
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+EXPECTED = {
+    "grpo": {
+        (0, "attempt1"): _by_hand([1.0, 0.0, 0.0, 0.5]),
+        (0, "reflection"): _by_hand([1.0, 0.0, 0.5]),
+        (0, "attempt2"): _by_hand([1.0, 0.0, 0.5]),
+        (0, "distilled"): [1.0, 0.5],  # max(r2, 0), no baseline
+        (1, "attempt1"): [0.0, 0.0],  # identical rewards: no signal
+        (1, "reflection"): [0.6],  # a group of one keeps its raw reward (verl), single_member="reward"
+        (1, "attempt2"): [0.6],
+        (1, "distilled"): [0.6],
+    },
+}
+
+
+def _rows(step):
+    return [Trajectory(role=role, task=task, episode=k, tokens=[1, 2], mask=[0, 1], logprobs=[0.0, -1.0],
+                       constraints=[-1, -1], prompt_len=1, system_prompt="", first_observation="", reward=reward)
+            for k, (task, role, reward) in enumerate(step)]
+
+
+def _advantages(rows):
+    out = {}
+    for t in rows:
+        out.setdefault((t.task, t.role), []).append(t.advantage)
+    return out
+
+
+def test_assign_advantages_groups_per_task_and_role_and_distils_with_max_r2():
+    rows = _rows(STEP)
+    assign_advantages(rows, TrainConfig())
+    got = _advantages(rows)
+    assert got.keys() == EXPECTED["grpo"].keys()
+    for key, values in EXPECTED["grpo"].items():
+        assert got[key] == pytest.approx(values, abs=1e-5), key
+    # The first hand-computed value, as a number: mean 0.375, unbiased std 0.4787136.
+    assert got[(0, "attempt1")][0] == pytest.approx(1.3055824, abs=1e-5)
+
+
+def test_assign_advantages_options_and_reverse_kl_copies():
+    rows = _rows(STEP)
+    assign_advantages(rows, TrainConfig(single_member="zero", advantage="dr_grpo"))
+    got = _advantages(rows)
+    assert got[(1, "reflection")] == [0.0] and got[(1, "attempt2")] == [0.0]
+    assert got[(0, "attempt1")] == pytest.approx([0.625, -0.375, -0.375, 0.125])
+    assert got[(0, "distilled")] == pytest.approx([1.0, 0.5]) and got[(1, "distilled")] == pytest.approx([0.6])
+    # A reverse-KL copy is trained by its KL term alone: no policy-gradient advantage.
+    rows = _rows([(0, "distilled", 1.0)])
+    rows[0].teacher_tokens = [1, 2]
+    assign_advantages(rows, TrainConfig())
+    assert rows[0].advantage == 0.0
+
+
+def test_consolidation_copies_only_for_retries_that_scored_and_keep_their_reward(policy):
+    chat = policy.chat
+    reflected = "Door B is the one."
+    episodes = []
+    for index, (r1, r2) in enumerate([(0.0, 0.5), (0.0, 0.0), (1.0, None), (0.0, -1.0), (0.5, 1.0)]):
+        first = _trajectory("attempt1", chat.open("initial prompt", "obs") + [40, chat.end_of_turn_id],
+                            [0] * len(chat.open("initial prompt", "obs")) + [1, 1],
+                            len(chat.open("initial prompt", "obs")), "initial prompt", r1)
+        trajectories = [first]
+        if r2 is not None:
+            opening = chat.open(reflected, "obs")
+            trajectories.append(_trajectory("attempt2", opening + [41, chat.end_of_turn_id],
+                                            [0] * len(opening) + [1, 1], len(opening), reflected, r2))
+        for t in trajectories:
+            t.task, t.episode = index % 2, index
+        episodes.append(Episode(task=index % 2, index=index, trajectories=trajectories,
+                                initial_system_prompt="initial prompt"))
+    copies = consolidation_copies(policy, episodes)
+    assert [(c.episode, c.task, c.reward) for c in copies] == [(0, 0, 0.5), (4, 0, 1.0)]
+    for copy in copies:
+        assert copy.system_prompt == "initial prompt" and copy.first_observation == "obs"
+        assert copy.tokens == chat.open("initial prompt", "obs") + [41, chat.end_of_turn_id]
+        assert reflected not in policy.tokenizer.decode(copy.tokens)
+    assign_advantages(copies, TrainConfig())
+    assert [c.advantage for c in copies] == [0.5, 1.0]

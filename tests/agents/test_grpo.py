@@ -154,3 +154,66 @@ def test_aggregate_rejects_unknown_modes_and_handles_empty_masks():
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         aggregate(LOSS, MASK, "sum")
     assert aggregate(LOSS, torch.zeros_like(MASK), "token-mean").item() == 0.0
+
+
+# ------------------------------------------------------------------------------ what mutation testing found unpinned
+
+
+def test_defaults_are_the_papers():
+    """GRPO, the paper's clip range 0.2 / 0.28 and temperature 1 when nothing is passed."""
+    rewards, groups = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0, 0, 0])
+    assert group_advantages(rewards, groups).tolist() == group_advantages(rewards, groups, "grpo").tolist()
+    ratio = torch.tensor([0.5, 1.5]).log()
+    loss, _ = ppo_token_loss(ratio, torch.zeros(2), torch.tensor([-1.0, 1.0]))
+    assert loss.tolist() == pytest.approx([0.8, -1.28])  # clipped at 1 - 0.2 (negative A) and 1 + 0.28
+    logits, target = torch.tensor([[0.0, 1.0]]), torch.tensor([1])
+    assert token_log_probs(logits, target)[0].item() == pytest.approx(math.log(math.e / (1 + math.e)))
+
+
+def test_groups_of_two_use_n_minus_one_and_eps_is_added():
+    # Two rewards 0 and 1: mean 0.5, unbiased std sqrt(0.5) = 0.70711; eps is added to the std, not taken off.
+    adv = group_advantages(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), eps=0.1)
+    assert adv.tolist() == pytest.approx([-0.5 / (math.sqrt(0.5) + 0.1), 0.5 / (math.sqrt(0.5) + 0.1)], rel=1e-6)
+    with pytest.raises(ValueError, match="single_member"):
+        group_advantages(torch.tensor([1.0]), torch.tensor([0]), single_member="none")
+
+
+def test_ppo_ratio_is_new_over_old_probability():
+    # old log p = -1, new log p = -0.9: ratio e^0.1 = 1.105 (inside the clip range), loss -A * ratio.
+    loss, active = ppo_token_loss(torch.tensor([-0.9]), torch.tensor([-1.0]), torch.tensor([2.0]))
+    assert loss.item() == pytest.approx(-2.0 * math.exp(0.1)) and not active.item()
+
+
+def test_dual_clip_accepts_any_c_above_one_and_refuses_one():
+    loss, _ = ppo_token_loss(torch.tensor([2.0]).log(), torch.zeros(1), torch.tensor([-1.0]), clip_ratio_c=1.5)
+    assert loss.item() == pytest.approx(1.5)  # min(max(2, 1.2), 1.5) for A = -1
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        ppo_token_loss(torch.zeros(1), torch.zeros(1), torch.ones(1), clip_ratio_c=1.0)
+
+
+def test_entropy_and_reverse_kl_per_row_under_temperature():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0]])
+    _, entropy = token_log_probs(logits, torch.tensor([0, 0]))
+    assert entropy[0].item() == pytest.approx(math.log(4))  # uniform over four: the largest, and positive
+    student = torch.tensor([[2.0, 0.0], [0.0, 0.0]])
+    teacher = torch.tensor([[0.0, 0.0], [0.0, 4.0]])
+    kl = reverse_kl(student, teacher, temperature=2.0)  # both divided by 2 first
+
+    def by_hand(s, t):
+        p = torch.softmax(torch.tensor(s) / 2, -1)
+        q = torch.softmax(torch.tensor(t) / 2, -1)
+        return float((p * (p.log() - q.log())).sum())
+
+    assert kl.shape == (2,)
+    assert kl.tolist() == pytest.approx([by_hand([2.0, 0.0], [0.0, 0.0]), by_hand([0.0, 0.0], [0.0, 4.0])], rel=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
+def test_aggregate_divides_by_one_token_or_sequence(mode):
+    # One sequence with one masked-in token: the mean is the token itself.
+    assert aggregate(torch.tensor([[3.0, 5.0]]), torch.tensor([[1, 0]]), mode).item() == 3.0
+
+
+def test_dual_clip_leaves_positive_advantages_below_one_alone():
+    loss, active = ppo_token_loss(torch.zeros(1), torch.zeros(1), torch.tensor([0.5]), clip_ratio_c=3.0)
+    assert loss.item() == pytest.approx(-0.5) and not active.item()

@@ -63,6 +63,85 @@ def test_reflection_lift_replays_each_failure_for_every_retry_condition(tiny_pol
     assert "| frozenlake (sizes " in report and "load average" in report
 
 
+def _step_towards(observation: str, target: str) -> str:
+    """The first move of a shortest path on a FrozenLake text board (A you, C hole) to a ``target`` cell: "B" (the
+    goal, around the holes) or "C" (the nearest hole: a quick failure). "```Wait```" (no move) when there is none."""
+    rows = [[cell.strip() for cell in line.split("\t") if cell.strip()] for line in observation.splitlines()
+            if "\t" in line]
+    cells = {(r, c): symbol for r, row in enumerate(rows) for c, symbol in enumerate(row)}
+    start = next(p for p, s in cells.items() if s == "A")
+    moves = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
+    frontier, first = [start], {start: None}
+    for cell in frontier:
+        if cells[cell] == target:
+            return f"```{first[cell]}```"
+        if cells[cell] == "C":
+            continue
+        for name, (dr, dc) in moves.items():
+            nxt = (cell[0] + dr, cell[1] + dc)
+            if nxt in cells and nxt not in first:
+                first[nxt] = first[cell] or name
+                frontier.append(nxt)
+    return "```Wait```"
+
+
+class LiftScript:
+    """Scripted replies with known outcomes for the first five FrozenLake test maps up to size 3 (tasks 0-4):
+
+    attempt 1 solves task 0 and walks into a hole on the others (4 failures); the model's own reflection holds a
+    usable <prompt> block for tasks 1 and 2 only; a retry solves its map after its own reflection (tasks 1, 2),
+    after RuleReflector's rulebook on tasks 1 and 3, after the no-reflection trace on task 4, and never as a plain
+    second try. Expected: own 2, rule 2, no_reflection 1, plain 0 of 4 failures; 2 usable reflections.
+    """
+
+    def __init__(self, first_observations: list[str], instructions: str, reflection_instructions: str):
+        self.task_of = {obs: k for k, obs in enumerate(first_observations)}
+        self.instructions = instructions
+        self.reflection_instructions = reflection_instructions
+
+    def __call__(self, conversation):
+        from erl_envs.reflection.prompts import NO_REFLECTION_NOTE
+
+        if conversation.system == self.reflection_instructions:
+            task = next(k for obs, k in self.task_of.items() if obs in conversation.users[0])
+            return "<prompt>OWN</prompt>" if task in (1, 2) else "No idea."
+        task = self.task_of[conversation.users[0]]
+        if conversation.system == self.instructions:  # attempt 1
+            solves = task == 0
+        elif conversation.system.startswith("OWN\n"):
+            solves = task in (1, 2)
+        elif "<game_rules>" in conversation.system:
+            solves = task in (1, 3)
+        elif NO_REFLECTION_NOTE in conversation.system:
+            solves = task == 4
+        else:  # the plain second try (and an own reflection without a usable block)
+            solves = False
+        return _step_towards(conversation.users[-1], "B" if solves else "C")
+
+
+def test_reflection_lift_counts_usable_reflections_and_each_conditions_retries(tiny_policy):
+    """Scripted replies with known answers: every count of measure_game is checked, so a condition that silently
+    lost its reflector, a retry success not counted or a fallback counted usable all show."""
+    from erl_envs.protocol import instructions_of
+    from scripted_policy import script
+
+    settings = {"sampling": SamplingParams(1.0, 1.0, 0, 8), "reflect_sampling": SamplingParams(1.0, 1.0, 0, 16),
+                "reflection_instructions": "Write a new system prompt inside <prompt>...</prompt>."}
+    tasks = lift.load_tasks("frozenlake", 5, max_size=3)
+    env = make_env("ERL-FrozenLake-v0", {})
+    first = [env.reset(seed=seed, options=options)[0] for seed, options in tasks]
+    policy = Policy(tiny_policy.model, tiny_policy.tokenizer)
+    script(policy, LiftScript(first, instructions_of(env), settings["reflection_instructions"]))
+    result = lift.measure_game(policy, "frozenlake", 5, constrained=False, batch=5, settings=settings, seed=0,
+                               max_size=3)
+    assert (result["tasks"], result["attempt1_successes"], result["failed"]) == (5, 1, 4)
+    assert result["retry_successes"] == {"own": 2, "rule": 2, "no_reflection": 1, "plain": 0}
+    assert result["usable_prompts"] == 2
+    assert result["example_reflection"] == "<prompt>OWN</prompt>"
+    report = lift.to_markdown([result], "cmd", settings, False, 1)
+    assert "| 1/5 = 0.20 [" in report and "| 2/4 = 0.50 [" in report and "| 0/4 = 0.00 [" in report
+
+
 def test_reflection_lift_reads_the_shipped_test_sets_without_the_shared_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("ERL_SHARED", str(tmp_path / "absent"))
     assert len(lift.load_tasks("frozenlake", 100)) == 100

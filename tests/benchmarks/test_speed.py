@@ -101,8 +101,22 @@ def test_quick_trl_comparison(tmp_path):
 
 
 @pytest.mark.slow
-def test_rollout_batched_and_sequential_play_the_same_episodes():
+def test_rollout_benchmark_times_batched_and_one_at_a_time_play_of_the_same_tasks():
+    """Both sides play the same tasks (reset seeds), model and sampling settings, and the ratio is theirs.
+
+    They do not play the same episodes, and cannot without leaving transformers' sampling: ``generate`` draws every
+    row of a batch from the one torch random stream, so one call for N episodes and N calls for one consume the
+    stream in different orders (and padding changes the float sums slightly); it takes no per-row generator.
+    Sampling per episode outside ``generate`` would re-implement what ``generate`` does (STYLE.md). So the
+    benchmark compares throughput on the same tasks, and its sampled-token counts differ between the two sides.
+    """
     rows = bench_rollout.measure(live_counts=(1, 2), repeats=1, free_tokens=4)
-    assert [(r["live"]) for r in rows] == [1, 2, 1, 2]
+    assert [(r["mode"].split(" ")[0], r["live"]) for r in rows] == [("constrained", 1), ("constrained", 2),
+                                                                    ("free", 1), ("free", 2)]
     for r in rows:
-        assert r["batched"]["tokens"] > 0 and r["sequential"]["tokens"] > 0 and r["ratio"] > 0
+        for side in ("batched", "sequential"):
+            run = r[side]
+            # Every episode samples at least one reply of at least one token.
+            assert run["tokens"] >= r["live"]
+            assert run["tokens_per_s"] == pytest.approx(run["tokens"] / run["seconds"])
+        assert r["ratio"] == pytest.approx(r["batched"]["tokens_per_s"] / r["sequential"]["tokens_per_s"])

@@ -3,6 +3,7 @@
 import pytest
 
 from erl_envs.qa.scoring import (
+    QAScore,
     exact_match,
     extract_answer,
     extract_answer_paper,
@@ -142,6 +143,73 @@ def test_scoring_agrees_with_the_official_definition_on_fuzzed_pairs():
             disagreements.append((pred, gold, ours, official))
     assert pairs >= 10_000
     assert disagreements == []
+
+
+def _official_reward(prediction, golds, threshold=0.3):
+    """The paper's HotpotQA reward (PAPER.md section 3) from the official definitions above: exact match 1.0, else
+    the best token F1 when it reaches the threshold (inclusive), else 0."""
+    if any(_official_normalize(prediction) == _official_normalize(g) for g in golds):
+        return 1.0
+    f1 = max(_official_f1(prediction, g) for g in golds)
+    return f1 if f1 >= threshold else 0.0
+
+
+@pytest.mark.parametrize("prediction, gold, f1", [
+    ("paris paris", "paris", 2 / 3),  # one match: the second "paris" has nothing left to match
+    ("paris", "paris paris", 2 / 3),
+    ("paris paris", "paris paris", 1.0),
+    ("paris paris london", "paris paris berlin", 2 / 3),  # two matches (a set would see one)
+    ("paris paris paris rome", "paris rome rome rome", 0.5),  # min(3, 1) + min(1, 3) = 2 matches of 4 and 4
+    ("the paris, the paris!", "Paris", 2 / 3),  # normalised first: articles and punctuation go, repeats stay
+])
+def test_token_f1_counts_repeated_tokens_as_a_multiset(prediction, gold, f1):
+    assert token_f1(prediction, gold) == pytest.approx(f1)
+    assert _official_f1(prediction, gold) == pytest.approx(f1)
+
+
+def test_reward_keeps_an_f1_of_exactly_the_threshold():
+    # 3 shared tokens of 10 and 10: precision = recall = 0.3, F1 = 0.3 exactly (in floating point too).
+    shared = "alpha beta gamma "
+    prediction = shared + " ".join(f"p{k}" for k in range(7))
+    gold = shared + " ".join(f"g{k}" for k in range(7))
+    assert token_f1(prediction, gold) == 0.3
+    assert qa_reward(prediction, gold).reward == 0.3
+    # One more gold token: F1 = 6 / 21 = 0.2857, below the threshold.
+    assert qa_reward(prediction, gold + " g7").reward == 0.0
+    assert qa_reward(prediction, gold + " g7", f1_threshold=0.28).reward == pytest.approx(6 / 21)
+    # Repeats decide the boundary: 3 repeated shared tokens make 0.3 only when counted as a multiset.
+    repeated = "rome rome rome " + " ".join(f"p{k}" for k in range(7)), "rome rome rome " + " ".join(
+        f"g{k}" for k in range(7))
+    assert qa_reward(*repeated).reward == 0.3
+
+
+def test_reward_agrees_with_the_official_definitions_on_repetitive_answers():
+    """Answers drawn from a three-word vocabulary repeat tokens all the time: the multiset and the threshold matter."""
+    import random
+
+    rng = random.Random(1)
+    vocabulary = ["rome", "paris", "the", "Rome,", "oslo"]
+    disagreements = []
+    for _ in range(3_000):
+        prediction = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 10)))
+        golds = [" ".join(rng.choice(vocabulary) for _ in range(rng.randint(1, 10))) for _ in range(rng.randint(1, 2))]
+        ours = qa_reward(prediction, golds)
+        official = _official_reward(prediction, golds)
+        if ours.reward != pytest.approx(official) or ours.f1 != pytest.approx(max(_official_f1(prediction, g)
+                                                                                   for g in golds)):
+            disagreements.append((prediction, golds, ours, official))
+    assert disagreements == []
+
+
+def test_no_answer_is_no_match_and_the_scoring_choice_reaches_both_sides():
+    assert normalize_answer("The Beatles!") == "beatles"  # official unless asked otherwise
+    # No answer: not an exact match (the env's success), no F1, no reward.
+    assert qa_reward(None, "Paris") == QAScore(em=False, f1=0.0, reward=0.0)
+    # "unicode" scoring applies to the prediction and the gold alike, in EM, in F1 and in the reward's F1.
+    assert exact_match("Zoes cafe", "Zoe’s cafe", "unicode") and not exact_match("Zoes cafe", "Zoe’s cafe")
+    assert token_f1("Zoes", "Zoe’s", "unicode") == 1.0 and token_f1("Zoe’s", "Zoes", "unicode") == 1.0
+    assert qa_reward("Zoes Paris", "Zoe’s Paris France", scoring="unicode").f1 == pytest.approx(0.8)
+    assert qa_reward("Zoes Paris", "Zoe’s Paris France").f1 == pytest.approx(0.4)
 
 
 # ------------------------------------------------------------------------------------------------ paper extraction

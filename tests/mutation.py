@@ -1,0 +1,156 @@
+"""Mutation testing of one module with mutmut, against the test files that pin it (docs/testing.md).
+
+    python tests/mutation.py erl_agents/grpo.py                      # every mutant of the module
+    python tests/mutation.py erl_agents/update.py --only '*micro_batch_loss*'   # one function's mutants
+    python tests/mutation.py --list                                   # the targeted modules and their tests
+
+mutmut copies the source into ``mutants/`` and turns every function of the mutated module into a switch between
+the original and its mutants; each mutant then runs only the tests that called the mutated function (recorded in a
+first, clean run). This script gives each module its own scratch folder, ``.mutmut/<module>/``, holding a copy of
+the packages and tests and a ``setup.cfg`` whose ``[mutmut]`` section names that module and its test files, so a
+run costs one pass of a few test files plus the mutants, not the whole suite. The tests run as they do in the
+repository (``--import-mode=importlib``, ``pythonpath = . tests`` from ``[tool:pytest]``), with the mutated copy
+first on the path: mutmut checks that by running a forced failure first. Every run is niced, one torch thread per
+test process, each mutant under a CPU-time limit of about 30x its tests' clean time (mutmut's timeout rule with
+``timeout_multiplier`` 15). The summary (killed, survived, timed out, score) is printed and written to
+``.mutmut/<module>/summary.json``; ``--survivors`` also prints each surviving mutant's diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each targeted module and the fast test files that pin it (slow learning runs are never part of a mutation run).
+TARGETS = {
+    "erl_agents/grpo.py": ["tests/agents/test_grpo.py"],
+    "erl_agents/batch.py": ["tests/agents/test_batch.py"],
+    "erl_agents/update.py": ["tests/agents/test_update.py"],
+    "erl_agents/rollout.py": ["tests/agents/test_rollout.py", "tests/agents/test_rollout_kv_reuse.py",
+                              "tests/agents/test_batch.py"],
+    "erl_envs/qa/scoring.py": ["tests/envs/qa/test_scoring.py"],
+    "erl_envs/qa/search.py": ["tests/envs/qa/test_search.py"],
+    "erl_envs/qa/tools.py": ["tests/envs/qa/test_tools.py"],
+    "erl_envs/qa/data.py": ["tests/envs/qa/test_data.py"],
+    "erl_envs/qa/hotpotqa.py": ["tests/envs/qa/test_hotpotqa.py"],
+    "erl_envs/reflection/wrapper.py": ["tests/envs/reflection/test_wrapper.py",
+                                       "tests/envs/reflection/test_wrapper_utf8.py"],
+    "erl_envs/reflection/vector.py": ["tests/envs/reflection/test_wrapper.py"],
+    "erl_envs/reflection/memory.py": ["tests/envs/reflection/test_memory.py"],
+    "erl_envs/reflection/trace.py": ["tests/envs/reflection/test_reflectors.py",
+                                     "tests/envs/reflection/test_wrapper.py"],
+    "erl_envs/reflection/rulebooks.py": ["tests/envs/reflection/test_reflectors.py"],
+    "erl_envs/reflection/reflectors.py": ["tests/envs/reflection/test_reflectors.py"],
+}
+# What the scratch folder needs besides the mutated packages: the tests and their helpers.
+COPIED = ("erl_envs", "erl_agents", "tests", "benchmarks", "setup.cfg")
+
+
+def scratch_folder(module: str) -> Path:
+    return ROOT / ".mutmut" / module.removesuffix(".py").replace("/", ".")
+
+
+def prepare(module: str, folder: Path, fresh: bool) -> None:
+    """Copy the packages and tests into ``folder`` and write its ``[mutmut]`` section for ``module``."""
+    if fresh and folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        source, target = ROOT / name, folder / name
+        if target.exists() and name != "tests":
+            continue
+        if target.exists():  # a resumed run re-checks its mutants against the tests as they are now
+            shutil.rmtree(target)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, target)
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(folder / "setup.cfg")
+    config["mutmut"] = {
+        "source_paths": "\nerl_envs\nerl_agents",
+        "only_mutate": f"\n{module}",
+        "pytest_add_cli_args_test_selection": "\n" + "\n".join(TARGETS[module]),
+        "pytest_add_cli_args": "\n-p\nno:cacheprovider",
+        # torch is not fork-safe once its thread pool runs: mutants fork from a server that never ran a test.
+        "process_isolation": "forkserver",
+        "timeout_multiplier": "15",
+        "use_git_change_detection": "false",
+    }
+    with open(folder / "setup.cfg", "w") as handle:
+        config.write(handle)
+
+
+def summarise(folder: Path, module: str) -> dict:
+    """Mutant counts by status, read from the meta file mutmut writes beside the mutated module."""
+    from mutmut.stats import status_by_exit_code
+
+    meta = json.loads((folder / "mutants" / (module + ".meta")).read_text())
+    statuses = {name: status_by_exit_code[code] for name, code in meta["exit_code_by_key"].items()}
+    counts = Counter(statuses.values())
+    tested = sum(n for status, n in counts.items() if status not in ("no tests", "not checked", "skipped"))
+    caught = counts["killed"] + counts["timeout"] + counts["segfault"]
+    return {
+        "module": module,
+        "tests": TARGETS[module],
+        "mutants": len(statuses),
+        "counts": dict(sorted(counts.items())),
+        "score": caught / tested if tested else None,
+        "survived": sorted(name for name, status in statuses.items() if status == "survived"),
+        "no_tests": sorted(name for name, status in statuses.items() if status == "no tests"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("module", nargs="?", choices=sorted(TARGETS), help="the module to mutate")
+    parser.add_argument("--only", action="append", default=[],
+                        help="mutant name globs to run (e.g. '*group_advantages*'); the rest stay unchecked")
+    parser.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the scratch folder and mutmut's results from an earlier run, with the tests copied "
+                             "anew; only unchecked mutants and those named with --only are run")
+    parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
+    parser.add_argument("--list", action="store_true", help="list the targeted modules and their test files")
+    args = parser.parse_args(argv)
+    if args.list or args.module is None:
+        for module, tests in TARGETS.items():
+            print(f"{module}: {' '.join(tests)}")
+        return 0 if args.list else 2
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        parser.error("mutmut is not installed: pip install -e '.[dev]'")
+    folder = scratch_folder(args.module)
+    prepare(args.module, folder, fresh=not args.resume)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # The scratch copy must be what the tests import: drop path entries pointing at the repository itself.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and Path(p).resolve() != ROOT)
+    command = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+               *args.only]
+    print("running", " ".join(command), "in", folder, flush=True)
+    code = subprocess.run(command, cwd=folder, env=env).returncode
+    summary = summarise(folder, args.module)
+    summary["only"] = args.only
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    score = "n/a" if summary["score"] is None else f"{summary['score']:.3f}"
+    print(f"\n{args.module}: {summary['mutants']} mutants, {summary['counts']}, score {score}")
+    for name in summary["survived"]:
+        print("survived:", name)
+        if args.survivors:
+            subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=folder, env=env)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
