@@ -40,6 +40,7 @@ __all__ = [
     "CHATML_TOOL_CHAT_TEMPLATE",
     "CHATML_TOOL_RESPONSE_TEMPLATE",
     "add_tool_chat_template",
+    "drop_gguf_quantizer",
 ]
 
 TINY_SPECIAL_TOKENS = ["<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -252,6 +253,20 @@ CHATML_TOOL_RESPONSE_TEMPLATE = {
         "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
     },
 }
+
+
+def drop_gguf_quantizer(model):
+    """Unmark a model read from a GGUF file as quantized, so Hugging Face's ``Trainer`` (and TRL's trainers) will
+    train it; returns the model.
+
+    transformers dequantises GGUF weights to ordinary float tensors on loading but keeps a GGUF "quantizer" on the
+    model, and ``Trainer`` refuses to fine-tune a model so marked. erl-train's own update never asks.
+    """
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    return model
 
 
 def add_tool_chat_template(tokenizer):

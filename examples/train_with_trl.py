@@ -48,10 +48,10 @@ def main() -> None:
         learning_rate, use_cpu = max(args.learning_rate, 1e-2), True
         add_response_schema(tokenizer)
     elif args.model == "smollm2-135m":
-        from erl_agents.models import add_tool_chat_template, load_model
+        from erl_agents.models import add_tool_chat_template, drop_gguf_quantizer, load_model
 
         policy = load_model("smollm2-135m", dtype="float32")
-        model, tokenizer = policy.model, add_tool_chat_template(policy.tokenizer)
+        model, tokenizer = drop_gguf_quantizer(policy.model), add_tool_chat_template(policy.tokenizer)
         learning_rate, use_cpu = args.learning_rate, True
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
