@@ -262,10 +262,12 @@ def drop_gguf_quantizer(model):
     transformers dequantises GGUF weights to ordinary float tensors on loading but keeps a GGUF "quantizer" on the
     model, and ``Trainer`` refuses to fine-tune a model so marked. erl-train's own update never asks.
     """
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
-    if getattr(model.config, "quantization_config", None) is not None:
-        del model.config.quantization_config
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        method = str(getattr(quantizer.quantization_config, "quant_method", "")).lower()
+        if "gguf" not in method:
+            raise ValueError(f"drop_gguf_quantizer unmarks GGUF models only; this one is quantized with {method}")
+        quantizer.remove_quantization_config(model)  # transformers' own way to drop the mark
     return model
 
 
