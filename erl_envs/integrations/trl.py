@@ -301,7 +301,7 @@ def make_trl_environment(env_id: str, reflection: bool = False, num_generations:
         raise ValueError(f"unknown env id {env_id!r}; registered ERL envs: "
                          f"{sorted(k for k in gym.registry if k.startswith('ERL-'))}")
     if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
-        raise ValueError(f"num_generations must be a positive int (GRPOConfig.num_generations), got {num_generations!r}")
+        raise ValueError(f"num_generations must be a positive int (GRPOConfig's), got {num_generations!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
     probe = gym.make(env_id, **env_kwargs)  # fails here, not in TRL's pool, on a bad kwarg
