@@ -258,8 +258,8 @@ function show(next) {
   }
   // A reflection is text: during the reflect phase only the reply box acts.
   for (const button of moves.querySelectorAll("button")) { button.disabled = view.done || view.phase === "reflect"; }
-  $("reply").placeholder = view.phase === "reflect" ? "your reflection: <prompt>the rules and plan for attempt 2</prompt>"
-                                                    : "a reply, exactly as a model would write it";
+  $("reply").placeholder = view.phase === "reflect" ? "your reflection: <prompt>rules and plan for attempt 2</prompt>"
+    : "a reply, exactly as a model would write it";
   $("send").disabled = view.done;
   document.body.dataset.steps = String(view.steps);
 }
