@@ -233,8 +233,9 @@ def test_smollm2_trains_two_steps_through_trl_tools(tmp_path):
     Env = _recorded(make_trl_environment("ERL-FrozenLake-v0", num_generations=4, size=2, max_steps=3), episodes)
     config = trl.GRPOConfig(
         output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=128, max_tool_calling_iterations=3, learning_rate=1e-4, logging_steps=1,
+        max_completion_length=96, max_tool_calling_iterations=3, learning_rate=1e-4, logging_steps=1,
         report_to="none", use_cpu=True, save_strategy="no", temperature=1.0, seed=0, beta=0.0,
+        gradient_checkpointing=False,  # TRL's default turns the KV cache off during generation: minutes per turn
     )
     lora = peft.LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = trl.GRPOTrainer(model=model, processing_class=tokenizer, args=config, environment_factory=Env,
