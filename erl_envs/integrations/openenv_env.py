@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import gymnasium as gym
 
@@ -34,9 +34,6 @@ try:
     from pydantic import Field
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve needs openenv-core: pip install 'erl-gym[serve]' ({error})") from None
-
-if TYPE_CHECKING:
-    from erl_envs.integrations.openenv_server import ServedEnv
 
 __all__ = ["describe", "ERLState", "mcp_server_for", "manual_sections"]
 
@@ -72,10 +69,10 @@ def _rules(env: gym.Env) -> str:
     return appendix().strip() if callable(appendix) else ""
 
 
-def describe(env_id: str, reflection: bool, env: gym.Env) -> EnvironmentMetadata:
-    """OpenEnv's metadata of ``env`` (an instance of ``env_id``, inside ``ReflectionWrapper`` if ``reflection``)."""
-    from erl_envs.integrations.openenv_server import ERLAction, ERLObservation
-
+def describe(env_id: str, reflection: bool, env: gym.Env, action_cls: type, observation_cls: type
+             ) -> EnvironmentMetadata:
+    """OpenEnv's metadata of ``env`` (an instance of ``env_id``, inside ``ReflectionWrapper`` if ``reflection``),
+    whose actions and observations travel as the pydantic models ``action_cls`` and ``observation_cls``."""
     sections = manual_sections(env)
     description = (sections.get("Description", "").split("\n\n")[0] or f"the erl_envs env {env_id}")
     description = " ".join(description.split())
@@ -92,29 +89,28 @@ def describe(env_id: str, reflection: bool, env: gym.Env) -> EnvironmentMetadata
             parts += [f"## {title}", sections[title]]
     spaces = {"action_space": space_to_json(env.action_space),
               "observation_space": space_to_json(env.observation_space)}
-    parts += ["## Action schema", "```json\n" + json.dumps(ERLAction.model_json_schema(), indent=2) + "\n```",
-              "## Observation schema", "```json\n" + json.dumps(ERLObservation.model_json_schema(), indent=2) + "\n```",
-              "## Gymnasium spaces", "```json\n" + json.dumps(spaces, indent=2) + "\n```"]
+    for title, data in (("Action schema", action_cls.model_json_schema()),
+                        ("Observation schema", observation_cls.model_json_schema()), ("Gymnasium spaces", spaces)):
+        parts += [f"## {title}", "```json\n" + json.dumps(data, indent=2) + "\n```"]
     return EnvironmentMetadata(name=env_id, description=description, readme_content="\n\n".join(parts),
                                version=erl_envs.__version__, author="erl-gym")
 
 
-def _outcome(served: "ServedEnv", observation) -> str:
+def _outcome(observation) -> str:
     tail = f"\n[reward {observation.reward:g}" + (", episode over]" if observation.done else "]")
     return observation.text + tail
 
 
-def mcp_server_for(served: "ServedEnv"):
-    """A FastMCP server whose tools play ``served``'s env (module docstring)."""
+def mcp_server_for(served: Any, action_cls: type):
+    """A FastMCP server whose tools play ``served`` (erl-serve's ``ServedEnv``: ``env``, ``reflection``, ``reset``,
+    ``step``), sending actions as ``action_cls(text=...)`` (module docstring)."""
     from fastmcp import FastMCP
-
-    from erl_envs.integrations.openenv_server import ERLAction
 
     style = protocol.prompt_style_of(served.env)
     server = FastMCP(name=f"erl-gym {served.env_id}")
 
     def play(text: str) -> str:
-        return _outcome(served, served.step(ERLAction(text=text)))
+        return _outcome(served.step(action_cls(text=text)))
 
     @server.tool
     def start_episode(seed: int | None = None) -> str:

@@ -142,13 +142,13 @@ class ServedEnv(Environment):
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
-        return describe(self.env_id, self.reflection, self.env)
+        return describe(self.env_id, self.reflection, self.env, ERLAction, ERLObservation)
 
     @property
     def mcp_server(self):
         """The FastMCP server openenv-core's ``/mcp`` route calls: tools that play this session's env."""
         if self._mcp_server is None:
-            self._mcp_server = mcp_server_for(self)
+            self._mcp_server = mcp_server_for(self, ERLAction)
         return self._mcp_server
 
     def close(self) -> None:
@@ -359,7 +359,8 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     if web:
         from erl_envs.integrations.openenv_web import mount_web_interface
 
-        mount_web_interface(app, env_id, reflection, env_kwargs, session_ttl_s, max_sessions)
+        mount_web_interface(app, env_id, reflection, env_kwargs, make_env_factory,
+                            lambda make_play: SessionStore(make_play, session_ttl_s, max_sessions))
     return app
 
 

@@ -12,13 +12,14 @@ Routes (JSON unless said): ``GET /web`` (the page, HTML), ``POST /web/api/sessio
 ``POST /web/api/sessions/{id}/reset`` ``{seed}`` and ``POST /web/api/sessions/{id}/step`` ``{text}`` -> the view
 below, ``GET /web/api/sessions/{id}/board.png`` (the render; 404 for an env without ``rgb_array``). The view:
 ``{text, reward, total_reward, done, phase, attempt, system_prompt, log, record, info, has_board, moves}``. Errors
-are the server's: 4xx ``{"error": "..."}``.
+are 4xx ``{"error": "..."}`` lines: 404 for an unknown or expired session (the server's), 409 for a step before a
+reset or after the end, 400 for a refused reset, 422 for a malformed body.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 
@@ -28,15 +29,19 @@ from erl_envs.reflection import to_jsonable
 
 try:
     from fastapi import Body, FastAPI
-    from fastapi.responses import HTMLResponse, RedirectResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve --web needs fastapi: pip install 'erl-gym[serve]' ({error})") from None
 
-__all__ = ["WebPlay", "mount_web_interface", "PAGE"]
+__all__ = ["WebPlay", "WebEpisodeError", "mount_web_interface", "PAGE"]
 
 MAX_REPLY_CHARS = 65_536
 MAX_LOG_STEPS = 200  # the page lists the last steps only: an episode of a free-text env may run long
+
+
+class WebEpisodeError(RuntimeError):
+    """A step the tab's episode does not allow (before the first reset, after the end): answered with 409."""
 
 
 class WebPlay:
@@ -63,12 +68,10 @@ class WebPlay:
         return self.snapshot()
 
     def step(self, text: str) -> dict[str, Any]:
-        from erl_envs.integrations.openenv_server import EpisodeStateError
-
         if self.done is None:
-            raise EpisodeStateError("step before reset: start an episode first")
+            raise WebEpisodeError("step before reset: start an episode first")
         if self.done:
-            raise EpisodeStateError("the episode has ended: start a new one")
+            raise WebEpisodeError("the episode has ended: start a new one")
         phase = self.view.get("phase")
         obs, reward, terminated, truncated, info = self.env.step(text)
         info = to_jsonable(info)
@@ -117,25 +120,28 @@ class _WebStep(BaseModel):
     text: str = Field(..., max_length=MAX_REPLY_CHARS)
 
 
-def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs: dict | None, session_ttl_s: float,
-                        max_sessions: int) -> None:
-    """Add ``/web`` and its API to ``app`` (an ``erl-serve`` app: its error handlers answer the refusals)."""
-    from erl_envs.integrations.openenv_server import SessionStore, _HTTPError, make_env_factory
-
+def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs: dict | None,
+                        make_env_factory: Callable, make_store: Callable) -> None:
+    """Add ``/web`` and its API to ``app``, an ``erl-serve`` app: ``make_env_factory(env_id, reflection, kwargs)``
+    makes the tabs' envs and ``make_store(make_play)`` their session store (whose lookups refuse unknown sessions
+    through the app's own error handler)."""
     kwargs = dict(env_kwargs or {})
     spec_modes = gym.make(env_id, **kwargs).metadata.get("render_modes", [])
     has_board = "rgb_array" in spec_modes
     if has_board:
         kwargs["render_mode"] = "rgb_array"
     make = make_env_factory(env_id, reflection, kwargs)
-    store = SessionStore(lambda: WebPlay(make(), has_board), session_ttl_s, max_sessions)
+    store = make_store(lambda: WebPlay(make(), has_board))
     app.state.web_sessions = store
     page = PAGE.replace("__TITLE__", f"{env_id}{' with ReflectionWrapper' if reflection else ''}")
 
     def _run(session_id: str, action):
         session = store.get(session_id)
         with session.lock:
-            return action(session.env)
+            try:
+                return action(session.env)
+            except WebEpisodeError as error:
+                return JSONResponse({"error": str(error)}, status_code=409)
 
     @app.get("/", include_in_schema=False)
     def web_root() -> RedirectResponse:
@@ -154,7 +160,7 @@ def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs:
         try:
             return _run(session_id, lambda play: play.reset(body.seed))
         except (ValueError, TypeError, KeyError) as error:
-            raise _HTTPError(400, f"reset refused by {env_id}: {error}") from None
+            return JSONResponse({"error": f"reset refused by {env_id}: {error}"}, status_code=400)
 
     @app.post("/web/api/sessions/{session_id}/step")
     def web_step(session_id: str, body: _WebStep) -> dict:
@@ -164,7 +170,8 @@ def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs:
     def web_board(session_id: str) -> Response:
         png = _run(session_id, lambda play: play.board_png())
         if png is None:
-            raise _HTTPError(404, f"{env_id} has no board image (no rgb_array render, or no episode yet)")
+            return JSONResponse({"error": f"{env_id} has no board image (no rgb_array render, or no episode yet)"},
+                                status_code=404)
         return Response(png, media_type="image/png", headers={"Cache-Control": "no-store"})
 
     app.router.on_startup.append(store.start_sweeper)
