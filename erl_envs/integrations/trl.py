@@ -17,7 +17,8 @@ them from the class. Two ways to give it tasks, both TRL's documented recipes:
   whose reset seed is ``task_seed(base, k)``, where ``base`` is the class's ``seed`` or else the seed of torch's
   default generator at the first reset (TRL sets it to ``GRPOConfig.seed`` plus the process index, so ranks play
   different tasks). TRL resets the rollouts of a batch in order and lays GRPO groups out as ``num_generations``
-  consecutive rollouts, so with the class's ``num_generations`` equal to ``GRPOConfig``'s a group shares a task.
+  consecutive rollouts, so with the class's ``num_generations`` equal to ``GRPOConfig``'s a group shares a task
+  (evaluation rollouts draw from the same stream; ``restart_task_stream()`` starts it again).
   TRL's placeholder prompt has no system message, so this ``reset`` returns the tool instructions before the
   first observation.
 * **A dataset** (``make_dataset(Env, n, seed)``): each row carries its task's ``seed`` and a system prompt with the
