@@ -6,6 +6,9 @@ Two ways in, on one FastAPI app:
   per connection: ``reset`` / ``step`` / ``state`` messages), ``/health``, ``/schema``, ``/metadata`` and the
   stateless ``POST /reset``. This is what OpenEnv clients (``openenv.core.GenericEnvClient``, TRL's and SkyRL's
   OpenEnv examples) talk to.
+* With ``--web`` (or ``ENABLE_WEB_INTERFACE=true``): a page at ``/web`` to play the env in a browser
+  (``erl_envs.integrations.openenv_web``). ``/metadata``, the sessions' ``state`` and the ``/mcp`` tools describe and
+  act on the env itself (``erl_envs.integrations.openenv_env``).
 * HTTP sessions for ``erl_envs.integrations.remote.RemoteEnv`` (plain ``requests``, no WebSocket): ``POST /sessions``,
   ``POST /sessions/{id}/reset``, ``POST /sessions/{id}/step``, ``GET /sessions/{id}/state``,
   ``DELETE /sessions/{id}``, ``GET /sessions`` (counts) and ``GET /info`` (the env's prompt and spaces).
