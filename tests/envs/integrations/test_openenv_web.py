@@ -3,8 +3,10 @@ package, driven by Selenium) against a real ``erl-serve --web`` process: load, p
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import gymnasium as gym
@@ -103,6 +105,11 @@ def test_the_page_in_headless_chromium_plays_a_move(tmp_path):
             driver.save_screenshot(str(shot))
         finally:
             driver.quit()
+        # OpenEnv's own runtime checks still pass with the web interface mounted.
+        if shutil.which("openenv"):
+            checked = subprocess.run(["openenv", "validate", "--url", server.url], capture_output=True, text=True,
+                                     timeout=300)
+            assert json.loads(checked.stdout)["summary"]["failed_criteria"] == [], checked.stdout[-2000:]
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
     keep = os.environ.get("ERL_WEB_SCREENSHOT")
     if keep:
