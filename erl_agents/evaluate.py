@@ -174,12 +174,22 @@ def evaluate(
     constrained: bool = False,
     max_seq_len: int = 8192,
     kv_reuse: bool = True,
+    progress: bool = False,
 ) -> dict[str, float]:
-    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes."""
+    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes.
+
+    ``progress`` shows a bar of episodes played (it moves once per chunk) with an ETA: a real model's evaluation
+    can take many minutes.
+    """
     resets = [task for task in tasks for _ in range(samples)]
     owners = [i for i in range(len(tasks)) for _ in range(samples)]
     returns, successes, tokens = [], [], 0
     table = ConstraintTable()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(resets), desc="held-out eval", unit="episode", leave=False, dynamic_ncols=True)
     for start in range(0, len(resets), len(envs)):
         chunk = resets[start:start + len(envs)]
         episodes = run_episodes(policy, envs[: len(chunk)], chunk, owners[start:start + len(chunk)], sampling,
@@ -188,6 +198,11 @@ def evaluate(
             returns.append(episode.returns)
             successes.append(float(episode.success))
             tokens += sum(t.num_model_tokens for t in episode.trajectories)
+        if bar is not None:
+            bar.update(len(chunk))
+            bar.set_postfix(success=round(float(np.mean(successes)), 3))
+    if bar is not None:
+        bar.close()
     per_task = np.asarray(successes).reshape(len(tasks), samples).mean(axis=1)
     return {
         "success": float(np.mean(successes)),

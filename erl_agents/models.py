@@ -37,6 +37,10 @@ __all__ = [
     "load_model",
     "ChatFormat",
     "Policy",
+    "CHATML_TOOL_CHAT_TEMPLATE",
+    "CHATML_TOOL_RESPONSE_TEMPLATE",
+    "add_tool_chat_template",
+    "drop_gguf_quantizer",
 ]
 
 TINY_SPECIAL_TOKENS = ["<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -199,6 +203,88 @@ def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", att
 
 # The name the issue and the examples use; one loader behind both.
 load_model = load_policy
+
+
+# A ChatML template that can render tool use, for ChatML models that ship a template without it (SmolLM2's renders
+# only role and content, so TRL refuses it for tools). Without tools, tool calls or tool messages it renders exactly
+# what SmolLM2's own template renders (the default system prompt is a template variable, SmolLM2's by default). With
+# them: the tools' JSON schemas in the system turn, an assistant tool call as <tool_call>{"name", "arguments"}
+# </tool_call> (the format TRL's Qwen parser reads), and a tool result as a turn of role "tool". Renderings extend
+# each other (a later turn never changes an earlier one), which TRL's multi-turn tool loop requires.
+CHATML_TOOL_CHAT_TEMPLATE = (
+    "{%- set default_system = default_system if default_system is defined else "
+    "'You are a helpful AI assistant named SmolLM, trained by Hugging Face' -%}"
+    "{%- macro tool_list() -%}"
+    "{{ '\n\n# Tools\nYou can call these functions:\n<tools>' }}"
+    "{%- for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor -%}"
+    "{{ '\n</tools>\nTo call one, reply with:\n<tool_call>\n"
+    "{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\n</tool_call>' }}"
+    "{%- endmacro -%}"
+    "{%- for message in messages -%}"
+    "{%- if loop.first and message['role'] != 'system' -%}"
+    "{{- '<|im_start|>system\n' + default_system }}{% if tools %}{{ tool_list() }}{% endif %}{{ '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- if loop.first and message['role'] == 'system' -%}"
+    "{{- '<|im_start|>system\n' + message['content'] }}{% if tools %}{{ tool_list() }}{% endif %}{{ '<|im_end|>\n' -}}"
+    "{%- elif message['role'] == 'assistant' and message.tool_calls is defined and message.tool_calls -%}"
+    "{{- '<|im_start|>assistant\n' }}{% if message['content'] %}{{ message['content'] + '\n' }}{% endif -%}"
+    "{%- for call in message.tool_calls -%}"
+    "{%- set function = call['function'] if call['function'] is defined else call -%}"
+    "{{- '<tool_call>\n{\"name\": \"' + function['name'] + '\", \"arguments\": ' }}"
+    "{%- if function['arguments'] is string %}{{ function['arguments'] }}{% else %}{{ function['arguments'] | tojson }}"
+    "{%- endif %}{{ '}\n</tool_call>' }}{% if not loop.last %}{{ '\n' }}{% endif -%}"
+    "{%- endfor -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
+)
+
+# How transformers' ``parse_response`` reads a reply rendered by the template above (its response-template format):
+# text up to the first <tool_call> is the content, each <tool_call> block a JSON call.
+CHATML_TOOL_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+def drop_gguf_quantizer(model):
+    """Unmark a model read from a GGUF file as quantized, so Hugging Face's ``Trainer`` (and TRL's trainers) will
+    train it; returns the model.
+
+    transformers dequantises GGUF weights to ordinary float tensors on loading but keeps a GGUF "quantizer" on the
+    model, and ``Trainer`` refuses to fine-tune a model so marked. erl-train's own update never asks.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        method = str(getattr(quantizer.quantization_config, "quant_method", "")).lower()
+        if "gguf" not in method:
+            raise ValueError(f"drop_gguf_quantizer unmarks GGUF models only; this one is quantized with {method}")
+        quantizer.remove_quantization_config(model)  # transformers' own way to drop the mark
+    return model
+
+
+def add_tool_chat_template(tokenizer):
+    """Give a ChatML tokenizer (``<|im_start|>`` / ``<|im_end|>``, e.g. SmolLM2's) a template that renders tool use
+    and the matching reply parser, so TRL's ``GRPOTrainer`` can run tools with it; returns the tokenizer.
+
+    TRL's generation needs left padding, which is set too.
+    """
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in ("<|im_start|>", "<|im_end|>") if t not in vocab]
+    if missing:
+        raise ValueError(f"add_tool_chat_template needs a ChatML tokenizer; this one has no {', '.join(missing)} token")
+    tokenizer.chat_template = CHATML_TOOL_CHAT_TEMPLATE
+    tokenizer.response_template = CHATML_TOOL_RESPONSE_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
 
 
 class ChatFormat:

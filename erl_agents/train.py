@@ -91,8 +91,9 @@ def _config_from_args(args: dict[str, Any]) -> TrainConfig:
     return build_config(preset, file=file, flags=args)
 
 
-def summary_table(metrics: Sequence[dict]) -> str:
-    """The end-of-run table: first and last held-out success, last training success per role, time split."""
+def summary_table(metrics: Sequence[dict], run_dir: str | os.PathLike | None = None) -> str:
+    """The end-of-run table: first and last held-out success, last training success per role, time split, and
+    where the run's files are (``run_dir``)."""
     if not metrics:
         return "no steps were run"
     evals = [m for m in metrics if "eval/success" in m]
@@ -105,13 +106,18 @@ def summary_table(metrics: Sequence[dict]) -> str:
         lines.append(f"| best held-out success (step {best['step']}) | {best['eval/success']:.3f} |")
     if trained:
         last = trained[-1]
-        for key in ("success/attempt1", "success/attempt2", "reward/reflection", "lift", "entropy"):
+        # No "lift" row: lift is r2 - r1 over retried episodes, whose r1 is below the gate, so with 0/1 rewards it
+        # repeats success/attempt2 (metrics.jsonl keeps lift, lift/r1 and lift/r2).
+        for key in ("success/attempt1", "success/attempt2", "reward/reflection", "entropy"):
             if key in last:
                 lines.append(f"| {key} (last step) | {last[key]:.3f} |")
         for part in ("generation", "env", "update", "eval"):
             total = sum(m.get(f"time/{part}", 0.0) for m in metrics)
             lines.append(f"| time in {part} | {total:.1f} s |")
         lines.append(f"| wall time | {last.get('time/elapsed', 0.0):.1f} s ({last['step']} steps) |")
+    if run_dir is not None:
+        lines.append(f"| learning curves | {os.path.join(run_dir, 'curves.png')} |")
+        lines.append(f"| metrics per step | {os.path.join(run_dir, 'metrics.jsonl')} |")
     return "\n".join(lines)
 
 
@@ -174,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         close_world(world, synchronize=finished)
     if world.is_main:
-        print(summary_table(metrics))
+        print(summary_table(metrics, config.output))
         print(f"run directory: {config.output}")
     if world.enabled:
         # A rank is done once its output is flushed; skipping interpreter finalization means no library thread

@@ -338,7 +338,7 @@ class Trainer:
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
             result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
                               constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
-                              kv_reuse=cfg.kv_reuse) if tasks else None
+                              kv_reuse=cfg.kv_reuse, progress=cfg.progress and self.writer.enabled) if tasks else None
         if self.world.enabled:
             result = merge_eval_results(self.world.gather(result), cfg.eval_samples)
         row = dict(row)

@@ -4,11 +4,16 @@ Playing a few levels is the quickest way to see what a model sees. ``human`` mod
 the arrow keys; ``ansi`` mode reads replies from the terminal and hands each line to ``env.step`` unchanged. The
 env is built with ``action_format="lenient"`` (``--action-format paper`` for the models' rule), so a typed ``Up``
 or ``u`` is a move; under the paper's format only a reply with the move in a triple-backtick block would be.
+
+Without a display (no ``DISPLAY`` / ``WAYLAND_DISPLAY`` on Linux, ``SDL_VIDEODRIVER=dummy``, or a display pygame
+cannot open) ``human`` mode falls back to typed moves with a one-line notice. ``q`` (or ``quit``, ``exit``) and
+Ctrl-C end a session in either mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TextIO
 
@@ -17,10 +22,10 @@ import gymnasium as gym
 import erl_envs  # noqa: F401  (registers the ERL env ids)
 from erl_envs.grid.actions import ACTION_FORMATS, GridAction, format_action
 
-__all__ = ["main", "play_text", "play_keyboard", "QUIT_WORDS"]
+__all__ = ["main", "play_text", "play_keyboard", "display_problem", "QUIT_WORDS"]
 
 # Typed lines that end a terminal session instead of going to the env.
-QUIT_WORDS = frozenset({"quit", "exit", ":q"})
+QUIT_WORDS = frozenset({"q", "quit", "exit", ":q"})
 
 
 def _describe_step(reward: float, terminated: bool, truncated: bool, info: dict) -> str:
@@ -33,7 +38,7 @@ def _describe_step(reward: float, terminated: bool, truncated: bool, info: dict)
 def play_text(env: gym.Env, seed: int | None, lines: TextIO, out: TextIO) -> int:
     """Play in the terminal until the input ends or a quit word; returns the number of finished episodes."""
     print(f"Instructions:\n{env.unwrapped.instructions}\n", file=out)
-    print("Type a move (or quit). A new level starts when an episode ends.\n", file=out)
+    print("Type a move (q to quit). A new level starts when an episode ends.\n", file=out)
     obs, _ = env.reset(seed=seed)
     print(obs, file=out)
     finished = 0
@@ -80,7 +85,7 @@ def play_keyboard(env: gym.Env, seed: int | None, out: TextIO = sys.stdout) -> i
     print(obs, file=out)
     finished = 0
     while True:
-        event = pygame.event.wait()
+        event = pygame.event.wait(200)  # a timeout, so Ctrl-C (SIGINT) is seen even when no key is pressed
         if event.type == pygame.QUIT or (event.type == pygame.KEYDOWN and event.key in (pygame.K_ESCAPE, pygame.K_q)):
             return finished
         if event.type != pygame.KEYDOWN:
@@ -89,6 +94,23 @@ def play_keyboard(env: gym.Env, seed: int | None, out: TextIO = sys.stdout) -> i
             _new_level(env, out)
         elif event.key in keys:
             finished += _play_turn(env, format_action(keys[event.key]), out)
+
+
+def display_problem() -> str | None:
+    """Why a pygame window cannot be shown here, or None when it can."""
+    driver = os.environ.get("SDL_VIDEODRIVER", "").lower()
+    if driver in ("dummy", "offscreen"):
+        return f"SDL_VIDEODRIVER={driver}"
+    if sys.platform.startswith(("linux", "freebsd", "openbsd")) and not (
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return "no DISPLAY or WAYLAND_DISPLAY"
+    try:
+        import pygame
+
+        pygame.display.init()
+    except Exception as error:  # pygame missing, or SDL cannot open the display
+        return f"pygame cannot open a window ({error})"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,12 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--action-format", choices=ACTION_FORMATS, default="lenient",
                         help="how typed lines are read: lenient (Up, u, ...; default) or paper (```Up``` only)")
     args = parser.parse_args(argv)
-    env = gym.make(args.env_id, render_mode=args.mode, action_format=args.action_format)
+    mode = args.mode
+    if mode == "human" and (problem := display_problem()):
+        print(f"No display ({problem}): playing in the terminal instead; type Up, Down, Left or Right, q to quit.",
+              file=sys.stderr)
+        mode = "ansi"
+    env = gym.make(args.env_id, render_mode=mode, action_format=args.action_format)
     try:
-        if args.mode == "ansi":
+        if mode == "ansi":
             play_text(env, args.seed, sys.stdin, sys.stdout)
         else:
             play_keyboard(env, args.seed)
+    except KeyboardInterrupt:
+        print("\nStopped.", file=sys.stderr)
     finally:
         env.close()
     return 0

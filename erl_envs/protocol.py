@@ -1,6 +1,12 @@
 """The small protocol that lets ``ReflectionWrapper`` and the trainer drive any text env, ours or a user's, and the
 text pieces every part of erl_envs shares (``FreeText``, ``TEXT_CHARSET``, ``utf8_safe``).
 
+Spaces: our envs declare observations as ``BoundedText`` (a ``Text`` space that Gymnasium's async vector envs carry
+through shared memory intact, so ``gym.make_vec(..., vectorization_mode="async")`` works with its defaults) and
+actions as ``FreeText`` (``contains`` is true of every ``str``, as ``step`` reads any str); an unbounded ``FreeText``
+observation space (``ReflectionWrapper``'s) cannot use shared memory, and an async vector env refuses it at
+construction, saying to pass ``shared_memory=False``.
+
 Required: observations and actions are ``str``; ``reset(seed=s, options=o)`` with the same ``s`` and ``o`` gives the
 same task instance (the wrapper replays an instance this way for the second attempt).
 
@@ -30,13 +36,19 @@ Optional, with defaults when an env does not provide them:
 
 from __future__ import annotations
 
+import multiprocessing
 import string
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
+from gymnasium.error import CustomSpaceError
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
-__all__ = ["GENERIC_INSTRUCTIONS", "STYLES", "TEXT_CHARSET", "FreeText", "utf8_safe", "instructions_of",
+__all__ = ["GENERIC_INSTRUCTIONS", "STYLES", "TEXT_CHARSET", "FreeText", "BoundedText", "SharedTextView", "utf8_safe",
+           "instructions_of",
            "prompt_style_of", "step_comment", "episode_feedback", "task_id_of"]
 
 # The system prompt of an env that brings none.
@@ -65,6 +77,79 @@ class FreeText(spaces.Text):
 
     def __repr__(self) -> str:
         return f"FreeText(sample_max_length={self.max_length})"
+
+
+class BoundedText(spaces.Text):
+    """A ``Text`` space of at most ``max_length`` characters that Gymnasium's async vector envs can carry through
+    shared memory.
+
+    Gymnasium (1.4) reads a shared-memory ``Text`` buffer once, when the vector env is built, into a tuple of str
+    that never changes, so every later observation came back as the initial buffer (a string of tabs). Here each
+    env owns a slot of ``4 + 4 * max_length`` bytes (a length, then UTF-8), and reading gives a ``SharedTextView``
+    that decodes the slot on access, so it follows the buffer as Gymnasium's array views do.
+    """
+
+
+class SharedTextView(Sequence):
+    """The observations of an async vector env of ``BoundedText``: a live, read-only view of the shared slots.
+
+    A deep copy (what the vector env returns with its default ``copy=True``) is a plain tuple of str.
+    """
+
+    def __init__(self, space: BoundedText, shared_memory, n: int):
+        self._slots = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8).reshape(n, _slot_bytes(space))
+
+    def __len__(self) -> int:
+        return self._slots.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        slot = self._slots[index]
+        length = int.from_bytes(slot[:4].tobytes(), "little")
+        return slot[4: 4 + length].tobytes().decode("utf-8")
+
+    def __deepcopy__(self, memo) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __repr__(self) -> str:
+        return f"SharedTextView({tuple(self)!r})"
+
+
+def _slot_bytes(space: spaces.Text) -> int:
+    return 4 + 4 * space.max_length  # a UTF-8 character takes at most 4 bytes
+
+
+@create_shared_memory.register(BoundedText)
+def _create_bounded_text_memory(space: BoundedText, n: int = 1, ctx=multiprocessing):
+    return ctx.Array("B", n * _slot_bytes(space))
+
+
+@read_from_shared_memory.register(BoundedText)
+def _read_bounded_text_memory(space: BoundedText, shared_memory, n: int = 1) -> SharedTextView:
+    return SharedTextView(space, shared_memory, n)
+
+
+@write_to_shared_memory.register(BoundedText)
+def _write_bounded_text_memory(space: BoundedText, index: int, value: str, shared_memory) -> None:
+    data = value.encode("utf-8")
+    if len(data) > 4 * space.max_length:
+        raise ValueError(f"an observation of {len(value)} characters does not fit the space's max_length "
+                         f"{space.max_length}; make the vector env with shared_memory=False")
+    size = _slot_bytes(space)
+    slots = np.frombuffer(shared_memory.get_obj(), dtype=np.uint8)
+    start = index * size
+    slots[start: start + 4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+    slots[start + 4: start + 4 + len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+@create_shared_memory.register(FreeText)
+def _refuse_free_text_memory(space: FreeText, n: int = 1, ctx=multiprocessing):
+    raise CustomSpaceError("FreeText observations have no length bound, so they cannot travel through shared memory: "
+                           "make the async vector env with shared_memory=False")
 
 
 def utf8_safe(text: str) -> str:

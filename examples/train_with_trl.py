@@ -2,11 +2,13 @@
 
     pip install -e ".[trl]"
     python examples/train_with_trl.py --tiny --max-steps 2          # CPU, a tiny tool-calling model built in code
+    python examples/train_with_trl.py --model smollm2-135m --max-steps 2 --num-generations 2   # offline, CPU
     python examples/train_with_trl.py --model Qwen/Qwen3-0.6B       # a real tool-calling chat model (GPU)
     python examples/train_with_trl.py --model Qwen/Qwen3-0.6B --reflection   # ERL's retry loop as tool turns
 
-The reward is the env's own (``get_reward``, logged by TRL as ``rewards/ERLFrozenLakeEnv/mean``); each dataset row
-is one task (its ``seed``), so the ``--num-generations`` rollouts of a GRPO group play the same instance.
+TRL's no-dataset recipe: the env owns its tasks (``reset`` draws them from the trainer's seed, one task per GRPO
+group of ``--num-generations`` rollouts); ``--tasks N`` trains on a dataset of N seeded tasks instead. The reward is
+the env's own (``get_reward``, logged by TRL as ``rewards/ERLFrozenLakeEnv/mean``).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from erl_envs.integrations.trl import make_dataset, make_trl_environment
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="ERL-FrozenLake-v0")
-    parser.add_argument("--model", default="Qwen/Qwen3-0.6B", help="a chat model whose template TRL can parse")
+    parser.add_argument("--model", default="Qwen/Qwen3-0.6B",
+                        help="a chat model whose template TRL can parse, or smollm2-135m (offline, erl-gym's template)")
     parser.add_argument("--tiny", action="store_true", help="use the tiny tool-calling model built in code (CPU)")
     parser.add_argument("--reflection", action="store_true", help="ERL: reflect and retry after a failed attempt")
     parser.add_argument("--size", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
                         help="FrozenLake board sizes (default: the paper's 2-9)")
-    parser.add_argument("--tasks", type=int, default=256)
+    parser.add_argument("--tasks", type=int, default=None, help="train on N seeded tasks (default: env-owned)")
     parser.add_argument("--max-steps", type=int, default=100)
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=1e-6)
@@ -43,16 +46,24 @@ def main() -> None:
         model, tokenizer = build_tiny_tool_caller()
         env_kwargs.setdefault("size", (2, 4))
         learning_rate, use_cpu = max(args.learning_rate, 1e-2), True
+        add_response_schema(tokenizer)
+    elif args.model == "smollm2-135m":
+        from erl_agents.models import add_tool_chat_template, drop_gguf_quantizer, load_model
+
+        policy = load_model("smollm2-135m", dtype="float32")
+        model, tokenizer = drop_gguf_quantizer(policy.model), add_tool_chat_template(policy.tokenizer)
+        learning_rate, use_cpu = args.learning_rate, True
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(args.model)
         tokenizer = AutoTokenizer.from_pretrained(args.model, padding_side="left")
         learning_rate, use_cpu = args.learning_rate, False
-    add_response_schema(tokenizer)
+        add_response_schema(tokenizer)
 
-    env_class = make_trl_environment(args.env, reflection=args.reflection, **env_kwargs)
-    dataset = make_dataset(args.env, args.tasks, seed=0, reflection=args.reflection, **env_kwargs)
+    env_class = make_trl_environment(args.env, reflection=args.reflection, num_generations=args.num_generations,
+                                     **env_kwargs)
+    dataset = make_dataset(env_class, args.tasks, seed=0) if args.tasks else None
     config = trl.GRPOConfig(
         output_dir=args.output_dir, max_steps=args.max_steps, num_generations=args.num_generations,
         per_device_train_batch_size=args.num_generations, max_completion_length=2048,

@@ -154,7 +154,12 @@ def run_one(settings: dict, env: str, method: str, seed: int, folder: Path, budg
 
 
 def run_comparison(settings: dict, output: Path, rerun: bool = False) -> list[dict]:
+    from tqdm.auto import tqdm
+
     runs = []
+    # One bar over all runs (each run's own bars are off): counts and an ETA for the whole comparison.
+    bar = tqdm(total=len(settings["envs"]) * len(settings["seeds"]) * len(settings["methods"]), desc="runs",
+               unit="run", dynamic_ncols=True)
     for env in settings["envs"]:
         for seed in settings["seeds"]:
             budget = int(settings["budget_tokens"]) if settings["match"] == "tokens" else 0
@@ -170,6 +175,8 @@ def run_comparison(settings: dict, output: Path, rerun: bool = False) -> list[di
                 print(f"  {run['steps']} steps, {run['sampled_tokens']:,} sampled tokens, {run['seconds']:.0f} s"
                       + (f", final held-out success {last[0]['eval/success']:.3f}" if last else ""), flush=True)
                 runs.append(run)
+                bar.update(1)
+    bar.close()
     return runs
 
 

@@ -85,11 +85,16 @@ def load_tasks(game: str, count: int, max_size: int = 0) -> list:
     return tasks[:count]
 
 
-def play(policy, envs, resets, sampling, reflect_sampling, constrained: bool, batch: int, clock: dict) -> list:
-    """``run_episodes`` in chunks of ``batch`` live episodes; ``clock`` accumulates generation seconds and tokens."""
+def play(policy, envs, resets, sampling, reflect_sampling, constrained: bool, batch: int, clock: dict,
+         desc: str = "episodes") -> list:
+    """``run_episodes`` in chunks of ``batch`` live episodes, with a progress bar (episodes, ETA); ``clock``
+    accumulates generation seconds and tokens."""
+    from tqdm.auto import tqdm
+
     from erl_agents.rollout import ConstraintTable, run_episodes
 
     episodes = []
+    bar = tqdm(total=len(envs), desc=desc, unit="episode", leave=False, dynamic_ncols=True)
     for start in range(0, len(envs), batch):
         timing: dict[str, float] = {}
         chunk = slice(start, start + batch)
@@ -99,6 +104,8 @@ def play(policy, envs, resets, sampling, reflect_sampling, constrained: bool, ba
         clock["seconds"] += timing["generation"]
         clock["tokens"] += sum(e.generated_tokens for e in done)
         episodes += done
+        bar.update(len(done))
+    bar.close()
     return episodes
 
 
@@ -122,7 +129,8 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
 
     # Attempt 1, the model's own reflection and its retry, in one pass.
     torch.manual_seed(seed)
-    first = play(policy, [wrapped() for _ in tasks], tasks, sampling, reflect_sampling, constrained, batch, clock)
+    first = play(policy, [wrapped() for _ in tasks], tasks, sampling, reflect_sampling, constrained, batch, clock,
+                 desc=f"{game}: attempt 1 + own reflection")
     records = [e.record for e in first]
     failed = [i for i, r in enumerate(records) if not r["gated"]]
     outcome = {"own": [bool(records[i]["attempt2"]["success"]) for i in failed]}
@@ -138,7 +146,8 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
     for condition, make in makers.items():
         envs = [ReplayFirstAttempt(make(), records[i]["attempt1"]["actions"]) for i in failed]
         torch.manual_seed(seed + 1)
-        retries = play(policy, envs, [tasks[i] for i in failed], sampling, reflect_sampling, constrained, batch, clock)
+        retries = play(policy, envs, [tasks[i] for i in failed], sampling, reflect_sampling, constrained, batch, clock,
+                       desc=f"{game}: retry, {condition}")
         for episode, i in zip(retries, failed):
             if episode.record["r1"] != records[i]["r1"]:
                 raise RuntimeError(f"{game} task {i}: the replayed first attempt scored {episode.record['r1']}, "

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from erl_envs.grid import prompts as prompt_texts  # (``prompts`` is the name of the prompt-set argument)
 from erl_envs.grid.actions import ACTION_FORMATS, ACTION_NAMES, GridAction, format_action, parse_actions
 from erl_envs.grid.text import GridRenderer, SymbolSet, resolve_symbols
-from erl_envs.protocol import TEXT_CHARSET
+from erl_envs.protocol import TEXT_CHARSET, BoundedText, FreeText
 
 __all__ = [
     "GridTextEnv",
@@ -236,10 +235,12 @@ class GridTextEnv(gym.Env[str, str]):
         base = prompt_texts.instructions(prompts, self.game_name) if instructions is None else instructions
         self.instructions = base + self._rules_appendix() if self.reveal_rules else base
 
-        self.observation_space = spaces.Text(
+        self.observation_space = BoundedText(
             min_length=0, max_length=self._max_observation_length(rows, cols), charset=TEXT_CHARSET
         )
-        self.action_space = spaces.Text(min_length=0, max_length=ACTION_MAX_LENGTH, charset=TEXT_CHARSET)
+        # step reads any str (a malformed reply is an ordinary step), so every str is in the action space;
+        # ACTION_MAX_LENGTH and the charset only shape sample().
+        self.action_space = FreeText(min_length=0, max_length=ACTION_MAX_LENGTH, charset=TEXT_CHARSET)
 
         self._painter = None
         self._started = False

@@ -456,6 +456,7 @@ class FrozenLakeTextEnv(GridTextEnv):
     usual ones and reveals no rules: the model has to work out what the letters mean by playing.
 
     ## Action Space
+    ``FreeText`` (``contains`` is true of every str: ``step`` reads any).
     ``Text``: the agent's whole reply. ``action_format="paper"`` (default, the reference code's rule): the last
     triple-backtick block, stripped and lower-cased, must be exactly ``up``, ``down``, ``left`` or ``right``, or a
     number 1-4 read as 1 Left, 2 Down, 3 Right, 4 Up. ``action_format="lenient"`` (ours): also an ``<answer>``
@@ -464,6 +465,7 @@ class FrozenLakeTextEnv(GridTextEnv):
     valid in both. A reply that cannot be parsed is an invalid action (see Rewards / Episode End).
 
     ## Observation Space
+    ``BoundedText`` (async vector envs carry it through shared memory).
     ``Text``: the grid, one row per line, each cell written ``" S \\t"``; then a notice if the last action had no
     effect or could not be parsed; then ``Not solved yet. Give your next action.`` while the episode goes on; then
     ``Steps remaining: N``. The first observation is the grid and the steps line.

@@ -1,8 +1,9 @@
 """Adapters that let the trainers people already use load erl_envs; each needs its own optional extra.
 
 * ``erl_envs.integrations.trl``: TRL's ``GRPOTrainer(environment_factory=...)`` (``pip install "erl-gym[trl]"``).
-* ``erl_envs.integrations.openenv_server``: the ``erl-serve`` OpenEnv server (``pip install "erl-gym[serve]"``);
-  its client is ``erl_envs.integrations.remote.RemoteEnv``, which needs no extra.
+* ``erl_envs.integrations.openenv_server``: the ``erl-serve`` OpenEnv server (``pip install "erl-gym[serve]"``),
+  with its metadata, state and MCP tools (``openenv_env``) and its web page (``openenv_web``, ``--web``); its
+  client is ``erl_envs.integrations.remote.RemoteEnv``, which needs no extra.
 * ``erl_envs.integrations.verifiers``: a Verifiers environment (``pip install "erl-gym[verifiers]"``).
 
 Nothing is imported here, so importing one adapter never requires another ecosystem's packages.

@@ -6,6 +6,9 @@ Two ways in, on one FastAPI app:
   per connection: ``reset`` / ``step`` / ``state`` messages), ``/health``, ``/schema``, ``/metadata`` and the
   stateless ``POST /reset``. This is what OpenEnv clients (``openenv.core.GenericEnvClient``, TRL's and SkyRL's
   OpenEnv examples) talk to.
+* With ``--web`` (or ``ENABLE_WEB_INTERFACE=true``): a page at ``/web`` to play the env in a browser
+  (``erl_envs.integrations.openenv_web``). ``/metadata``, the sessions' ``state`` and the ``/mcp`` tools describe and
+  act on the env itself (``erl_envs.integrations.openenv_env``).
 * HTTP sessions for ``erl_envs.integrations.remote.RemoteEnv`` (plain ``requests``, no WebSocket): ``POST /sessions``,
   ``POST /sessions/{id}/reset``, ``POST /sessions/{id}/step``, ``GET /sessions/{id}/state``,
   ``DELETE /sessions/{id}``, ``GET /sessions`` (counts) and ``GET /info`` (the env's prompt and spaces).
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import threading
 import time
 import uuid
@@ -36,6 +40,7 @@ import gymnasium as gym
 import erl_envs  # noqa: F401  (registers the ERL-* ids)
 from erl_envs import protocol
 from erl_envs.reflection import ReflectionWrapper, to_jsonable
+from erl_envs.integrations.openenv_env import ERLState, describe, mcp_server_for
 from erl_envs.integrations.remote import space_to_json
 
 try:
@@ -44,7 +49,7 @@ try:
     from fastapi.responses import JSONResponse
     from openenv.core.env_server.http_server import create_fastapi_app
     from openenv.core.env_server.interfaces import Environment
-    from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+    from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve needs openenv-core and uvicorn: pip install 'erl-gym[serve]' ({error})") from None
@@ -88,16 +93,21 @@ def make_env_factory(env_id: str, reflection: bool = False, env_kwargs: dict | N
 
 
 class ServedEnv(Environment):
-    """One session's env behind OpenEnv's ``Environment`` interface; refuses steps its episode state forbids."""
+    """One session's env behind OpenEnv's ``Environment`` interface; refuses steps its episode state forbids.
+
+    Its metadata, env-specific state and MCP tools come from ``erl_envs.integrations.openenv_env``.
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, make: Callable[[], gym.Env]):
+    def __init__(self, make: Callable[[], gym.Env], env_id: str = "", reflection: bool = False):
         super().__init__()
         self._make = make
         self.env = make()
+        self.env_id, self.reflection = env_id, reflection
         self.done: bool | None = None  # None until the first reset
-        self._state = State(episode_id=None, step_count=0)
+        self._state = ERLState(episode_id=None, step_count=0, env_id=env_id)
+        self._mcp_server = None
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, options: dict | None = None,
               **_: Any) -> ERLObservation:
@@ -110,8 +120,10 @@ class ServedEnv(Environment):
             self.env, self.done = self._make(), None
             raise
         self.done = False
-        self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
-        return ERLObservation(text=obs, reward=0.0, info=to_jsonable(info))
+        info = to_jsonable(info)
+        self._state = ERLState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, env_id=self.env_id,
+                               done=False, observation=obs, info=info)
+        return ERLObservation(text=obs, reward=0.0, info=info)
 
     def step(self, action: ERLAction, timeout_s: float | None = None, **_: Any) -> ERLObservation:
         if self.done is None:
@@ -120,13 +132,27 @@ class ServedEnv(Environment):
             raise EpisodeStateError("the episode has ended: reset before stepping again")
         obs, reward, terminated, truncated, info = self.env.step(action.text)
         self.done = bool(terminated or truncated)
-        self._state.step_count += 1
+        info = to_jsonable(info)
+        state = self._state
+        state.step_count += 1
+        state.done, state.observation, state.info = self.done, obs, info
+        state.total_reward += float(reward)
         return ERLObservation(text=obs, reward=float(reward), done=self.done, terminated=bool(terminated),
-                              truncated=bool(truncated), info=to_jsonable(info))
+                              truncated=bool(truncated), info=info)
 
     @property
-    def state(self) -> State:
+    def state(self) -> ERLState:
         return self._state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return describe(self.env_id, self.reflection, self.env, ERLAction, ERLObservation)
+
+    @property
+    def mcp_server(self):
+        """The FastMCP server openenv-core's ``/mcp`` route calls: tools that play this session's env."""
+        if self._mcp_server is None:
+            self._mcp_server = mcp_server_for(self, ERLAction)
+        return self._mcp_server
 
     def close(self) -> None:
         self.env.close()
@@ -243,14 +269,15 @@ def _validation_message(errors: list) -> str:
 
 
 def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = None, session_ttl_s: float = 600.0,
-              max_sessions: int = 256) -> FastAPI:
-    """The FastAPI app serving ``env_id``: OpenEnv's routes plus the HTTP session routes (module docstring)."""
+              max_sessions: int = 256, web: bool = False) -> FastAPI:
+    """The FastAPI app serving ``env_id``: OpenEnv's routes plus the HTTP session routes (module docstring), and
+    with ``web`` the browser interface at ``/web`` (``erl_envs.integrations.openenv_web``)."""
     if session_ttl_s <= 0:
         raise ValueError(f"session_ttl_s must be > 0, got {session_ttl_s}")
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
     make = make_env_factory(env_id, reflection, env_kwargs)
-    make_served = functools.partial(ServedEnv, make)
+    make_served = functools.partial(ServedEnv, make, env_id, reflection)
     probe = make()  # for /info, and so a bad env kwarg fails now rather than on the first session
     info = {
         "env_id": env_id, "reflection": reflection, "env_kwargs": to_jsonable(env_kwargs or {}),
@@ -332,6 +359,11 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     app.router.on_startup.append(store.start_sweeper)
     app.router.on_shutdown.append(_close_sessions)
 
+    if web:
+        from erl_envs.integrations.openenv_web import mount_web_interface
+
+        mount_web_interface(app, env_id, reflection, env_kwargs, make_env_factory,
+                            lambda make_play: SessionStore(make_play, session_ttl_s, max_sessions))
     return app
 
 
@@ -362,17 +394,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--session-ttl", type=float, default=600.0, help="close sessions idle this many seconds")
     parser.add_argument("--max-sessions", type=int, default=256)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument("--web", action="store_true",
+                        help="serve a browser interface at /web (also ENABLE_WEB_INTERFACE=true, OpenEnv's switch)")
     args = parser.parse_args(argv)
+    web = args.web or os.environ.get("ENABLE_WEB_INTERFACE", "").lower() in ("1", "true", "yes")
 
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     try:
-        app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg), args.session_ttl, args.max_sessions)
+        app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg), args.session_ttl, args.max_sessions,
+                        web=web)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"erl-serve: {error}") from None
-    log.info("erl-serve: %s%s on http://%s:%d", args.env, " (reflection)" if args.reflection else "", args.host,
-             args.port)
+    log.info("erl-serve: %s%s on http://%s:%d%s", args.env, " (reflection)" if args.reflection else "", args.host,
+             args.port, " (web interface at /web)" if web else "")
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the shutdown hook
     # above closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)

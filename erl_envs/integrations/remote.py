@@ -20,7 +20,7 @@ from __future__ import annotations
 import gymnasium as gym
 from gymnasium import spaces
 
-from erl_envs.protocol import FreeText
+from erl_envs.protocol import BoundedText, FreeText
 
 __all__ = ["RemoteEnv", "RemoteEnvError", "space_to_json", "space_from_json"]
 
@@ -34,12 +34,16 @@ class RemoteEnvError(RuntimeError):
         self.message = message
 
 
+_TEXT_KINDS = {"FreeText": FreeText, "BoundedText": BoundedText, "Text": spaces.Text}
+
+
 def space_to_json(space: gym.Space) -> dict:
-    """A text space as JSON (``FreeText`` accepts any str; a plain ``Text`` only its charset and lengths)."""
+    """A text space as JSON (``FreeText`` accepts any str; ``BoundedText`` and a plain ``Text`` only their charset
+    and lengths, and ``BoundedText`` travels through an async vector env's shared memory)."""
     if not isinstance(space, spaces.Text):
         raise TypeError(f"erl-serve serves text envs only; got a {type(space).__name__} space")
     return {
-        "kind": "FreeText" if isinstance(space, FreeText) else "Text",
+        "kind": next(name for name, cls in _TEXT_KINDS.items() if isinstance(space, cls)),
         "min_length": space.min_length,
         "max_length": space.max_length,
         "charset": "".join(sorted(space.character_set)),
@@ -47,7 +51,7 @@ def space_to_json(space: gym.Space) -> dict:
 
 
 def space_from_json(data: dict) -> spaces.Text:
-    cls = FreeText if data["kind"] == "FreeText" else spaces.Text
+    cls = _TEXT_KINDS.get(data["kind"], spaces.Text)
     return cls(min_length=data["min_length"], max_length=data["max_length"], charset=data["charset"])
 
 

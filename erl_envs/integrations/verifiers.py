@@ -18,12 +18,22 @@ id, so the id is ``erl-gym-verifiers`` (the ``erl_gym_verifiers`` package re-exp
 ``load_environment(env_id=..., num_tasks=..., seed=..., **env_kwargs)`` returns the ``ERLEnv``. ERL's reflection
 loop is available by passing ``reflection=True`` (the env runs inside ``ReflectionWrapper``; the reflection and the
 second attempt become further user/assistant turns, and the reward is the episode's total return).
+
+Gold checks (``vf-validate``): ``ERLTask.validate`` replays the instance's reference solution in a fresh env and
+reports whether it solves it. The grid games' solution is a shortest sequence of moves, found by breadth-first
+search over copies of the env itself (so it is exactly the env's dynamics and step budget); HotpotQA's is the gold
+answer in ``\\boxed{}``; another text env has none (the task stays "unchecked"). The checks run no model and need no
+sandbox, but ``vf-validate``'s default runtime is a hosted Prime sandbox, so run it with the local one::
+
+    vf-validate erl-gym-verifiers --runtime.type subprocess -n 20
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,7 +51,7 @@ except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"this adapter needs verifiers>=0.4: pip install 'erl-gym[verifiers]' ({error})") from None
 
 __all__ = ["ERLTasksetConfig", "ERLData", "ERLTask", "ERLTaskset", "ERLEnvConfig", "ERLEnv", "ERLChatHarnessConfig",
-           "ERLChatHarness", "load_environment", "TASKSET_ID"]
+           "ERLChatHarness", "load_environment", "gold_replies", "TASKSET_ID"]
 
 TASKSET_ID = "erl-gym-verifiers"  # Verifiers imports `erl_gym_verifiers` for it (a top-level module, by its rules)
 
@@ -72,8 +82,61 @@ class ERLData(vf.TaskData):
     """The env id, kwargs and reset seed that rebuild the instance."""
 
 
+def _grid_key(observation: str) -> str:
+    """The board of a grid observation (its cell rows), without the notices and the steps line."""
+    return "\n".join(line for line in observation.splitlines() if "\t" in line)
+
+
+def _shortest_grid_solution(env: gym.Env, observation: str, max_states: int = 20_000) -> list[str] | None:
+    """Breadth-first search over copies of a freshly reset grid env: the fewest canonical moves that solve it."""
+    moves = list(getattr(env.unwrapped, "valid_actions", []))
+    frontier = deque([(env, [])])
+    seen = {_grid_key(observation)}
+    while frontier and len(seen) < max_states:
+        state, path = frontier.popleft()
+        for move in moves:
+            child = copy.deepcopy(state)
+            obs, _, terminated, truncated, info = child.step(move)
+            if info.get("success"):
+                return path + [move]
+            key = _grid_key(obs)
+            if terminated or truncated or key in seen:
+                continue
+            seen.add(key)
+            frontier.append((child, path + [move]))
+    return None
+
+
+def gold_replies(env: gym.Env, observation: str, info: dict) -> list[str] | None:
+    """Replies that solve the instance ``env`` was just reset to (``observation``, ``info`` from that reset), or
+    ``None`` when erl-gym knows no reference solution for the env."""
+    style = protocol.prompt_style_of(env)
+    if style == "grid":
+        return _shortest_grid_solution(env, observation)
+    if style == "qa":
+        question = next((q for q in getattr(env.unwrapped, "questions", ()) if q.id == info.get("task_id")), None)
+        return [f"\\boxed{{{question.answers[0]}}}"] if question is not None and question.answers else None
+    return None
+
+
 class ERLTask(vf.Task[ERLData, vf.State, vf.TaskConfig]):
-    pass
+    async def validate(self, runtime) -> bool | None:
+        """The gold check: the instance's reference solution, played in a fresh env, solves it (module docstring);
+        ``None`` when there is no reference solution."""
+        info = self.data.info
+        env = make_env(info["env_id"], info["env_kwargs"], reflection=False)
+        try:
+            observation, reset_info = env.reset(seed=info["seed"])
+            replies = gold_replies(env, observation, reset_info)
+            if replies is None:
+                return None
+            for reply in replies:
+                _, _, terminated, truncated, step_info = env.step(reply)
+                if terminated or truncated:
+                    return bool(step_info.get("success"))
+            return False
+        finally:
+            env.close()
 
 
 class ERLTaskset(vf.Taskset[ERLTask, ERLTasksetConfig]):

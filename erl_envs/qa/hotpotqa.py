@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any, Callable, Hashable
 
 import gymnasium as gym
-from gymnasium import spaces
 
-from erl_envs.protocol import TEXT_CHARSET, utf8_safe
+from erl_envs.protocol import TEXT_CHARSET, BoundedText, FreeText, utf8_safe
 from erl_envs.qa.data import (
     DataError,
     Passage,
@@ -112,6 +111,7 @@ class HotpotQAEnv(gym.Env[str, str]):
     Questions come from real HotpotQA data or from an offline synthetic generator (``data="synthetic"``).
 
     ## Action Space
+    ``FreeText`` (``contains`` is true of every str: ``step`` reads any).
     ``spaces.Text``: the agent's whole reply, of which the last ``max_reply_chars`` (65,536) characters are read
     (a longer reply's beginning is ignored, so a flood of text stays cheap). A reply holding
     tool calls is a search turn: ``<search>query</search>``, or the JSON call chat models emit,
@@ -128,6 +128,7 @@ class HotpotQAEnv(gym.Env[str, str]):
     every call of the reply runs.
 
     ## Observation Space
+    ``BoundedText`` (async vector envs carry it through shared memory).
     ``spaces.Text`` over ``TEXT_CHARSET`` plus every character of the loaded questions and passages; echoed agent
     text is stripped of other characters and cut to a bounded length, so every observation is in the space.
 
@@ -300,9 +301,10 @@ class HotpotQAEnv(gym.Env[str, str]):
         self._source = source
         self.questions = source.questions
 
-        self.observation_space = spaces.Text(max_length=self._max_observation_length(), charset=source.charset)
-        # Replies are free text; the env reads any str it gets (longer, other characters): this bounds sampling.
-        self.action_space = spaces.Text(max_length=65_536, min_length=0, charset=source.charset)
+        self.observation_space = BoundedText(max_length=self._max_observation_length(), charset=source.charset)
+        # Replies are free text; the env reads any str it gets (longer, other characters), so every str is in the
+        # action space: max_length and the charset only bound sampling.
+        self.action_space = FreeText(max_length=65_536, min_length=0, charset=source.charset)
 
         self._question: Question | None = None
         self._index: BM25Index | None = None

@@ -48,4 +48,11 @@ class ReflectionSyncVectorEnv(_WholeInfoMixin, SyncVectorEnv):
 
 
 class ReflectionAsyncVectorEnv(_WholeInfoMixin, AsyncVectorEnv):
-    """An ``AsyncVectorEnv`` of ReflectionWrappers. Each process holds its own copy of any memory: not shared."""
+    """An ``AsyncVectorEnv`` of ReflectionWrappers. Each process holds its own copy of any memory: not shared.
+
+    Observations come back through pipes (``shared_memory=False`` by default): the wrapper's observations quote
+    model-written text and have no length bound, so no shared-memory slot could hold them.
+    """
+
+    def __init__(self, env_fns, shared_memory: bool = False, **kwargs):
+        super().__init__(env_fns, shared_memory=shared_memory, **kwargs)

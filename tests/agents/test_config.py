@@ -78,6 +78,14 @@ def test_summary_table_lists_eval_and_times():
     assert "0.300" in table and "0.600" in table and "time in generation | 2.0 s" in table
 
 
+def test_summary_table_names_the_curves_and_drops_the_redundant_lift_row():
+    rows = [{"step": 1, "success/attempt1": 0.25, "success/attempt2": 0.5, "lift": 0.5, "lift/r1": 0.0,
+             "lift/r2": 0.5, "time/elapsed": 3.0}]
+    table = summary_table(rows, "runs/x")
+    assert "| learning curves | runs/x/curves.png |" in table and "runs/x/metrics.jsonl" in table
+    assert "success/attempt2 (last step) | 0.500" in table and "lift" not in table
+
+
 def test_hotpotqa_cpu_tiny_evaluates_on_a_disjoint_synthetic_set():
     from erl_agents.envs import make_env
 

@@ -1,13 +1,18 @@
-"""Held-out tasks: HotpotQA under eval_set "paper" is the reference's evaluation, all 1,024 questions of its list
-once each and in order, played by index on a held-out env that is checked to hold exactly those questions."""
+"""Held-out evaluation: HotpotQA under eval_set "paper" is the reference's evaluation, all 1,024 questions of its
+list once each and in order, played by index on a held-out env that is checked to hold exactly those questions; the
+progress bar (counts and an ETA) changes no result."""
 
 import gymnasium as gym
 import pandas as pd
 import pytest
+import torch
 
 import erl_envs  # noqa: F401  (registers the envs)
-from erl_agents.evaluate import (EVAL_SEED_BASE, HOTPOTQA_PAPER_FILE, eval_tasks, paper_questions,
+from erl_agents.evaluate import (EVAL_SEED_BASE, HOTPOTQA_PAPER_FILE, eval_tasks, evaluate, paper_questions,
                                  paper_questions_problem)
+from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
+from erl_agents.rollout import SamplingParams
+from text_bandit import TextBanditEnv
 
 
 def _env(questions, answers):
@@ -55,3 +60,24 @@ def test_the_trainer_refuses_a_paper_evaluation_on_other_questions(paper_tasks, 
                  tasks_per_step=1, output=str(tmp_path / "run"), progress=False)
     with pytest.raises(ValueError, match="eval_set 'paper' plays the paper's 1024 HotpotQA questions"):
         Trainer(build_config(flags=flags))
+
+
+def _policy() -> Policy:
+    env = TextBanditEnv(turns=1, contextual=True)
+    corpus = [env.instructions] + env.valid_actions * 10
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=300)
+    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
+
+
+def test_progress_bar_counts_episodes_and_changes_nothing(capsys):
+    policy = _policy()
+    envs = [TextBanditEnv(turns=1, contextual=True) for _ in range(2)]
+    tasks = [(i, None) for i in range(3)]
+    sampling = SamplingParams(1.0, 1.0, 0, 4)
+    results = []
+    for progress in (False, True):
+        torch.manual_seed(0)
+        results.append(evaluate(policy, envs, tasks, samples=2, sampling=sampling, progress=progress))
+    assert results[0] == results[1] and results[0]["episodes"] == 6.0
+    err = capsys.readouterr().err
+    assert "held-out eval" in err and "6/6" in err and "episode" in err  # tqdm: counts and rate/ETA

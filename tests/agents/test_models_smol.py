@@ -110,3 +110,45 @@ def test_one_cpu_smol_training_step_runs(tmp_path):
     assert row["count/attempt1"] == row["count/reflection"] == row["count/attempt2"] == 2
     assert 0.0 <= row["reflection/prompt_rate"] <= 1.0 and row["tokens/sampled_total"] == row["tokens/generated"]
     assert row["skipped_updates"] == 0 and row["trained_tokens"] > 0
+
+
+@needs_smol
+def test_tool_chat_template_renders_smollm2s_conversations_unchanged_and_tool_use_for_trl():
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    from erl_agents.models import add_tool_chat_template
+
+    gguf = packaged_model_file("smollm2-135m")
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    assert not supports_tool_calling(tokenizer)  # why it is needed: TRL refuses SmolLM2's own template
+    chats = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+             [{"role": "system", "content": "S"}, {"role": "user", "content": "grid"}]]
+    before = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=g) for c in chats
+              for g in (False, True)]
+    add_tool_chat_template(tokenizer)
+    after = [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=g) for c in chats
+             for g in (False, True)]
+    assert after == before and tokenizer.padding_side == "left"
+    assert supports_tool_calling(tokenizer) and is_chat_template_prefix_preserving(tokenizer)
+    reply = '<tool_call>\n{"name": "move", "arguments": {"direction": "Up"}}\n</tool_call><|im_end|>'
+    parsed = tokenizer.parse_response(reply, prefix="<|im_start|>assistant\n")
+    assert parsed["tool_calls"] == [{"type": "function", "function": {"name": "move", "arguments": {"direction": "Up"}}}]
+
+
+def test_tool_chat_template_refuses_a_tokenizer_without_chatml_tokens():
+    from erl_agents.models import add_tool_chat_template, build_tiny_tokenizer
+
+    with pytest.raises(ValueError, match="ChatML"):
+        add_tool_chat_template(build_tiny_tokenizer(["some text"], vocab_size=300))
+
+
+@pytest.mark.slow
+def test_drop_gguf_quantizer_lets_hugging_faces_trainer_train(smol):
+    from transformers.trainer_utils import validate_quantization_for_training
+
+    from erl_agents.models import drop_gguf_quantizer
+
+    model = drop_gguf_quantizer(smol.model)
+    assert not model.is_quantized and getattr(model, "hf_quantizer", None) is None
+    validate_quantization_for_training(model)  # raised "quantized with GGUF" before

@@ -120,3 +120,24 @@ def test_rollout_benchmark_times_batched_and_one_at_a_time_play_of_the_same_task
             assert run["tokens"] >= r["live"]
             assert run["tokens_per_s"] == pytest.approx(run["tokens"] / run["seconds"])
         assert r["ratio"] == pytest.approx(r["batched"]["tokens_per_s"] / r["sequential"]["tokens_per_s"])
+
+
+def test_smol_timing_report_is_computed_from_the_saved_run(tmp_path):
+    from benchmarks.speed import time_smol_train
+
+    rows = [{"step": 0, "eval/episodes": 37.0, "time/eval": 370.0},
+            {"step": 1, "count/attempt1": 8, "time/step": 120.0, "time/generation": 90.0, "time/env": 1.0,
+             "time/update": 29.0},
+            {"step": 2, "count/attempt1": 8, "time/step": 100.0, "eval/episodes": 37.0, "time/eval": 333.0}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "config.json").write_text(json.dumps({"eval_tasks": 100, "eval_samples": 1, "tasks_per_step": 2,
+                                                      "n_erl": 4, "max_new_tokens": 16,
+                                                      "reflect_max_new_tokens": 128}))
+    (tmp_path / "machine.json").write_text(json.dumps({
+        "cpus": 2, "machine": "x86_64", "python": "3.11.7", "load_average_before": [2.0, 2.0, 2.0],
+        "load_average_after": [2.5, 2.1, 2.0], "wall_seconds": 1000.0, "paper_tasks": True,
+        "command": "erl-train --model smollm2-135m --preset cpu-smol --steps 2 --seed 0"}))
+    text = time_smol_train.report(tmp_path)
+    assert "| held-out evaluation at step 0 | 37 | 370 | 10.0 |" in text
+    assert "| training step 1 (generation 90 s, env 1 s, update 29 s) | 8 | 120 | 15.0 |" in text
+    assert "[2.0, 2.0, 2.0] before" in text and "paper test set" in text and "1000 s wall" in text

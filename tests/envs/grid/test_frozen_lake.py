@@ -62,11 +62,10 @@ def test_sync_vector_env_steps_with_text_actions():
 
 
 def test_async_vector_env_matches_sync():
-    # Gymnasium's shared-memory path reads Text observations once and never refreshes them (the cause of Gymnasium
-    # issue #1164 for Dict spaces), so text envs run async with shared_memory=False.
+    # Async with Gymnasium's default shared memory (BoundedText's slots, erl_envs.protocol) and through pipes.
     actions = [("Up", "Right"), ("```Left```", "2"), ("Down", "Down")]
     results = []
-    for mode, kwargs in (("sync", {}), ("async", {"shared_memory": False})):
+    for mode, kwargs in (("sync", {}), ("async", {}), ("async", {"shared_memory": False})):
         envs = gym.make_vec("ERL-FrozenLake-v0", num_envs=2, vectorization_mode=mode, vector_kwargs=kwargs)
         trace = [envs.reset(seed=[3, 4])[0]]
         for batch in actions:
@@ -74,7 +73,7 @@ def test_async_vector_env_matches_sync():
             trace.append((obs, rewards.tolist(), terminated.tolist(), truncated.tolist()))
         envs.close()
         results.append(trace)
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 # ----------------------------------------------------------------------------- seeding and golden files

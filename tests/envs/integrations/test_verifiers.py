@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -41,6 +42,51 @@ def test_load_environment_builds_the_tasks():
     assert tasks[1].data.system_prompt == local.unwrapped.instructions
     with pytest.raises(ValueError, match="unknown env id"):
         load_environment("ERL-Nope-v0")
+
+
+@pytest.mark.parametrize("env_id,kwargs", [("ERL-FrozenLake-v0", SMALL), ("ERL-Sokoban-v0", {}),
+                                            ("ERL-HotpotQA-v0", {"data": "synthetic"})])
+def test_gold_check_solves_every_task(env_id, kwargs):
+    """vf-validate's gold check: the reference solution of each instance, replayed in a fresh env, solves it, and it
+    is a shortest one for the grid games (the env's own optimal_steps)."""
+    from erl_envs.integrations.verifiers import gold_replies
+
+    env = load_environment(env_id, num_tasks=6, seed=0, **kwargs)
+    tasks = list(env.taskset)
+    assert [asyncio.run(task.validate(None)) for task in tasks] == [True] * 6
+    local = gym.make(env_id, **kwargs)
+    for task in tasks[:3]:
+        obs, info = local.reset(seed=task.data.info["seed"])
+        replies = gold_replies(local, obs, info)
+        if "optimal_steps" in info:
+            assert len(replies) == info["optimal_steps"]
+
+
+def test_gold_check_catches_a_wrong_solution(monkeypatch):
+    from erl_envs.integrations import verifiers as adapter
+
+    task = next(iter(load_environment("ERL-FrozenLake-v0", num_tasks=1, seed=0, **SMALL).taskset))
+    monkeypatch.setattr(adapter, "gold_replies", lambda env, obs, info: ["```Up```"] * 8)
+    assert asyncio.run(task.validate(None)) is False
+
+
+def test_vf_validate_reports_checked_tasks(tmp_path):
+    """Verifiers' own CLI, with the local runtime (its default is a hosted sandbox): every gold check passes."""
+    import shutil
+    import subprocess
+
+    from paths import ROOT
+
+    command = shutil.which("vf-validate")
+    if command is None:
+        pytest.skip("vf-validate is not on PATH")
+    result = subprocess.run([command, TASKSET_ID, "--runtime.type", "subprocess", "-n", "4", "--only-gold",
+                             "--rich", "false", "--taskset.env-kwargs", json.dumps({"size": [2, 4]})],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(next(tmp_path.glob("outputs/*/summary.json")).read_text())
+    assert summary["outcomes"]["valid"] == 4 and summary["outcomes"]["unchecked"] == 0
 
 
 def _bfs_move(grid: str) -> str:

@@ -1,0 +1,1 @@
+"""The OpenEnv entry point of erl-gym's server (``server.app:app``)."""
