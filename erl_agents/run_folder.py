@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -24,12 +25,13 @@ from erl_agents.config import RULES, TrainConfig, config_to_dict
 from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "RunWriter", "ResumeRefusedError", "resume_changes",
-           "check_resume", "write_atomically", "save_folder", "folder_problem", "file_digest", "fsync_dir",
-           "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
+           "check_resume", "write_atomically", "write_file_atomically", "save_folder", "folder_problem", "file_digest",
+           "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
 _CHUNK = 1 << 20
 _LOW_SPACE = 1 << 20  # bytes: below this a failed write is put down to a full disk
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 class RunFolderError(OSError):
@@ -42,11 +44,16 @@ class RunFolderLockedError(RuntimeError):
 
 def disk_problem(exc: BaseException, folder: Path) -> str | None:
     """Why a write failed when the disk or the OS is the cause, in words: the OS error behind ``exc`` (torch and
-    safetensors wrap it in their own exceptions), else a read-only or full file system; ``None`` otherwise."""
+    safetensors wrap it in their own exceptions, or only name it in their message), else a read-only or full file
+    system; ``None`` otherwise."""
     seen = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno:
             return os.strerror(seen.errno).lower()
+        # Libraries written in Rust (safetensors) put the OS error in their message: "... (os error 28)".
+        code = _RUST_OS_ERROR.search(str(seen))
+        if code:
+            return os.strerror(int(code.group(1))).lower()
         seen = seen.__cause__ or seen.__context__
     try:
         stats = os.statvfs(folder)
@@ -84,12 +91,21 @@ def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], None]
     On any failure the temporary file is removed, ``path`` keeps its old content (or stays absent), and an OS-level
     problem is raised as ``RunFolderError`` naming ``path``.
     """
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            write(f)
+
+    write_file_atomically(path, fill)
+
+
+def write_file_atomically(path: str | os.PathLike, fill: Callable[[Path], None]) -> None:
+    """``write_atomically`` for writers that take a file name (``safetensors.torch.save_file``, ``savefig``):
+    ``fill(tmp)`` creates the temporary file, which is then flushed to disk and renamed to ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
+        fill(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:

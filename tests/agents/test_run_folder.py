@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import text_bandit  # noqa: F401  (registers TextBandit-v0)
+from crafted import evil_pickle, plant
 from erl_agents import checkpoint as ckpt
 from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_folder, write_atomically
 from erl_agents.train import main
@@ -166,9 +167,17 @@ def _bad_yaml(tmp_path):
 
 def _no_manifest(tmp_path):
     run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    torch.save({"step": 1}, run / "checkpoints" / "step_000001.pt")  # killed between the rename and its manifest
+    ckpt.save_checkpoint(run / "checkpoints", 1, {"weights": torch.zeros(2)})
+    (run / "checkpoints" / "step_000001.json").unlink()  # killed between the rename and its manifest
     return ["--output", str(run), "--resume"], "no usable checkpoint in"
+
+
+def _planted_pickle(tmp_path):
+    """A crafted old-format checkpoint with a manifest that vouches for it: unpickling it would create a file."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    plant(run / "checkpoints" / "step_000001.pt", evil_pickle(tmp_path, tmp_path / "code-ran"))
+    return ["--output", str(run), "--resume"], "step_000001.pt is in the old pickle format"
 
 
 def _under_a_file(tmp_path):
@@ -182,16 +191,18 @@ def _under_a_file(tmp_path):
     lambda tmp_path: (["--env", "ERL-FrozenLak-v0"], "ERL-FrozenLak"),
     _under_a_file,
     _no_manifest,
+    _planted_pickle,
     lambda tmp_path: (["--max-grad-norm", "-1"], "max_grad_norm must be positive, got -1.0"),
     lambda tmp_path: (["--eval-tasks", "0"], "eval_tasks must be at least 1, got 0"),
     lambda tmp_path: (["--device", "tpu"], "device must be one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
-], ids=["yaml", "missing-config", "env-typo", "output-under-a-file", "no-usable-checkpoint", "grad-norm",
-        "eval-tasks", "device"])
+], ids=["yaml", "missing-config", "env-typo", "output-under-a-file", "no-usable-checkpoint", "planted-pickle",
+        "grad-norm", "eval-tasks", "device"])
 def test_user_errors_end_with_one_line_and_status_2(tmp_path, capsys, case):
     argv, words = case(tmp_path)
     argv = ["--output", str(tmp_path / "out"), *argv]
     status, err = _main(capsys, *argv)
     assert status == 2 and words in _one_error_line(err), err
+    assert not (tmp_path / "code-ran").exists(), "a checkpoint ran code"
     with pytest.raises(Exception):
         main([*CLI, *argv, "--debug"])
 
@@ -223,9 +234,9 @@ def small_disk(tmp_path):
 def test_a_full_disk_during_a_checkpoint_is_named_and_the_old_checkpoint_survives(small_disk):
     folder = small_disk / "checkpoints"
     ckpt.save_checkpoint(folder, 1, {"weights": torch.zeros(10)})
-    with pytest.raises(RunFolderError, match=r"cannot write .*step_000002.pt: no space left on device"):
+    with pytest.raises(RunFolderError, match=r"cannot write .*step_000002.safetensors: no space left on device"):
         ckpt.save_checkpoint(folder, 2, {"weights": torch.zeros(1_000_000)})  # 4 MB on a 2 MB disk
-    assert sorted(p.name for p in folder.iterdir()) == ["step_000001.json", "step_000001.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["step_000001.json", "step_000001.safetensors"]
     assert ckpt.load_latest_checkpoint(folder)[1]["step"] == 1
 
 

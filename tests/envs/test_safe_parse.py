@@ -95,6 +95,6 @@ def test_a_manifest_field_that_is_wrong_falls_back_to_the_previous_checkpoint(tm
     newest.with_suffix(".json").write_text(text)
     with pytest.raises(ckpt.CorruptCheckpointError, match=problem):
         ckpt.verify_checkpoint(newest)
-    with pytest.warns(RuntimeWarning, match=f"step_000002.pt: its manifest step_000002.json {problem}"):
+    with pytest.warns(RuntimeWarning, match=f"step_000002.safetensors: its manifest step_000002.json {problem}"):
         path, state = ckpt.load_latest_checkpoint(tmp_path)
     assert state["step"] == 1
