@@ -26,7 +26,8 @@ from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "RunWriter", "ResumeRefusedError", "resume_changes",
            "check_resume", "write_atomically", "write_file_atomically", "save_folder", "folder_problem", "file_digest",
-           "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
+           "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST", "RUN_FILES", "RunFolderTakenError",
+           "run_in_folder", "claim_folder"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
 _CHUNK = 1 << 20
@@ -261,7 +262,7 @@ class ResumeRefusedError(ValueError):
 
 def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], list[str]]:
     """The fields whose value differs from the run's saved config (``{name: [old, new]}``), and those of them that
-    ``--resume`` refuses: "fixed" fields not named in ``config.resume_changes``."""
+    ``--resume`` refuses: "never" fields, and "fixed" fields not named in ``config.resume_changes``."""
     allowed = {name.strip() for name in config.resume_changes.split(",") if name.strip()}
     defaults = config_to_dict(TrainConfig())
     changes = {}
@@ -269,8 +270,8 @@ def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], l
         old = saved.get(name, defaults[name])
         if old != value:
             changes[name] = [old, value]
-    refused = [name for name in changes if RULES[name].resume == "fixed" and "all" not in allowed
-               and name not in allowed]
+    refused = [name for name in changes if RULES[name].resume == "never" or (
+        RULES[name].resume == "fixed" and "all" not in allowed and name not in allowed)]
     return changes, refused
 
 
@@ -293,15 +294,75 @@ def check_resume(config: TrainConfig, state: dict) -> list[dict]:
     history = saved.pop("history", [])
     history = list(history) if isinstance(history, list) else []
     changes, refused = resume_changes(saved, config)
+    never = [name for name in refused if RULES[name].resume == "never"]
+    if never:
+        shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in never)
+        raise ResumeRefusedError(
+            f"--resume refuses to change the model of the run in {config.output} ({shown}): these fields cannot "
+            f"change when a run resumes, even with --resume-changes, since its checkpoints hold weights of the old "
+            f"shape; resume with its values (see its config.json) or start a new --output")
     if refused:
         shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in refused)
         raise ResumeRefusedError(
             f"--resume refuses to change what the run in {config.output} is ({shown}); resume with its "
             f"values (see its config.json), start a new --output, or allow the change with "
             f"--resume-changes {','.join(refused)}")
-    for name in ("resume", "resume_changes"):  # how this process was started, not what the run is
+    for name in ("resume", "resume_changes", "overwrite"):  # how this process was started, not what the run is
         changes.pop(name, None)
     if changes:
         history.append({"resumed_at_step": int(state["step"]), "changes": changes,
                         "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
     return history
+
+
+# --- a folder holds one run ---------------------------------------------------------------------------------------
+
+# What a run writes into its folder; --overwrite removes exactly these (and their temporary names), nothing else.
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "initial_model", "final_model", "curves.png")
+
+
+class RunFolderTakenError(ValueError):
+    """A new run (no ``--resume``) asked for a folder that holds another run."""
+
+
+def run_in_folder(folder: str | os.PathLike) -> str | None:
+    """What shows that ``folder`` holds a run (its config, metrics or checkpoints), in words; ``None`` when it holds
+    none. An ``initial_model/`` alone does not count: a run killed while building it leaves only that, and it is
+    checked against the new run's seed and shape before any use."""
+    folder = Path(folder)
+    found = []
+    if (folder / "config.json").exists():
+        found.append("config.json")
+    metrics = folder / "metrics.jsonl"
+    if metrics.exists():
+        found.append("metrics.jsonl")
+    checkpoints = folder / "checkpoints"
+    steps = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("step_")) if checkpoints.is_dir() else []
+    if steps:
+        found.append(f"checkpoints up to {steps[-1]}")
+    if (folder / "final_model").exists():
+        found.append("final_model/")
+    return ", ".join(found) or None
+
+
+def claim_folder(folder: str | os.PathLike, overwrite: bool) -> None:
+    """Make ``folder`` this new run's: refuse one that holds another run (``RunFolderTakenError``), or with
+    ``overwrite`` delete that run's files first. Called with the folder's lock held."""
+    folder = Path(folder)
+    other = run_in_folder(folder)
+    if other is None:
+        return
+    if not overwrite:
+        raise RunFolderTakenError(
+            f"{folder} holds another run ({other}): continue it with --resume, start this run in another --output, "
+            f"or replace that run with --overwrite (which deletes its files)")
+    warnings.warn(f"--overwrite: deleting the run in {folder} ({other})", RuntimeWarning, stacklevel=2)
+    for name in RUN_FILES:
+        for path in (folder / name, folder / f".{name}.tmp", folder / f".{name}.old"):
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise RunFolderError(f"--overwrite cannot delete {path}: {failure_reason(exc, folder)}") from exc
