@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import requests
@@ -62,6 +63,36 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode, self.process.stdout.read()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class InProcessServer:
+    """``with InProcessServer(app, port=...) as server: server.url``: erl-serve's uvicorn configuration
+    (``openenv_server.server_config``) in a thread of the test process; starts in a second, not tens."""
+
+    def __init__(self, app, port: int | None = None, **config):
+        import uvicorn
+
+        from erl_envs.integrations.openenv_server import server_config
+
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, log_level="warning", **config))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "InProcessServer":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started, "the in-process server did not start"
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
 
     def __exit__(self, *exc) -> None:
         self.stop()
