@@ -121,8 +121,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from erl_agents.checkpoint import CorruptCheckpointError
     from erl_agents.run_folder import RunFolderLockedError
+    from erl_envs.integrations.remote import RemoteEnvError
 
-    return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError)
+    return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError,
+            RemoteEnvError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from erl_agents.run_folder import RunFolderError
     from erl_agents.trainer import Trainer
     from erl_agents.update import NonFiniteTrainingError
+    from erl_envs.integrations.remote import RemoteEnvError
 
     # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
     device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"
@@ -166,6 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics = trainer.train()
         except (NonFiniteTrainingError, RunFolderError) as exc:
             return _fail(exc, debug)
+        except RemoteEnvError as exc:  # the env server went away or refused: the checkpoints so far are intact
+            stopped = RuntimeError(f"{exc}; once the server answers again, --resume continues from the checkpoints "
+                                   f"in {config.output}")
+            stopped.__cause__ = exc
+            return _fail(stopped, debug)
         # The DDP wrapper and its pending gloo/nccl work go before the process group does, not during interpreter
         # shutdown, where freeing them can deadlock.
         del trainer

@@ -496,7 +496,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if not self._base_from_memory:
             base = self._instructions
         steps = attempt.trace_steps()
-        trace = self._trace_text(attempt, steps)
+        trace = utf8_safe(self._trace_text(attempt, steps))  # it quotes the model's replies, which may not be UTF-8
         if self._paper_request:
             text = prompts.PAPER_SET["reflection_request"].format(base_prompt=base, trace=trace, game=self.game_name)
         else:

@@ -21,7 +21,7 @@ import erl_envs  # noqa: E402,F401
 from erl_envs import ReflectionWrapper  # noqa: E402
 from erl_envs.reflection import to_jsonable  # noqa: E402
 from erl_envs.integrations.remote import RemoteEnv, RemoteEnvError  # noqa: E402
-from served import InProcessServer, ServerProcess  # noqa: E402
+from served import InProcessServer, ServerProcess  # noqa: E402  (served registers Test-Work-v0)
 
 SESSIONS, STEPS = 32, 300
 TTL_S = 6.0
@@ -230,38 +230,6 @@ import socket  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from erl_envs.integrations.openenv_server import MAX_OPTION_DEPTH, build_app  # noqa: E402
-from erl_envs.protocol import FreeText  # noqa: E402
-
-
-class WorkEnv(gym.Env):
-    """A text env for server tests: ``work S`` holds the CPU for S seconds (a slow but legal request), ``crash``
-    raises (a bug in an env), anything else is echoed. Making one takes ``make_delay`` seconds."""
-
-    metadata = {"render_modes": []}
-
-    def __init__(self, make_delay: float = 0.0):
-        time.sleep(make_delay)
-        self.observation_space = FreeText(max_length=100)
-        self.action_space = FreeText(max_length=100)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        if options and "fail" in options:
-            raise ValueError("the option 'fail' is refused")
-        return "ready", {}
-
-    def step(self, action):
-        if action.startswith("work "):
-            end = time.perf_counter() + float(action.split()[1])
-            while time.perf_counter() < end:  # pure Python: holds the GIL between switches, as a slow env does
-                sum(range(1000))
-        if action == "crash":
-            raise RuntimeError("a bug in the env")
-        return f"echo {action}", 0.0, False, False, {}
-
-
-if "Test-Work-v0" not in gym.registry:
-    gym.register("Test-Work-v0", entry_point=WorkEnv, disable_env_checker=True)
 
 
 def _session(url: str, http=requests) -> str:
