@@ -245,14 +245,14 @@ class RunWriter:
             path = self.folder / "metrics.jsonl"
             try:
                 with open(path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(json.dumps(row, allow_nan=False) + "\n")
             except OSError as exc:
                 raise RunFolderError(f"cannot write {path}: {failure_reason(exc, self.folder)}") from exc
 
     def rewrite_metrics(self, rows: Sequence[dict]) -> None:
         """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
         if self.enabled:
-            text = "".join(json.dumps(r) + "\n" for r in rows)
+            text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows)
             write_atomically(self.folder / "metrics.jsonl", lambda f: f.write(text.encode("utf-8")))
 
 

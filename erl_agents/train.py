@@ -70,9 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=f"{help_text} (default: {default})")
-        elif kind is dict:
-            parser.add_argument(flag, type=json.loads, default=argparse.SUPPRESS, metavar="JSON",
-                                help=f"{help_text} (default: {default})")
+        elif kind is dict:  # read with limits in _config_from_args, so that a bad value is one error line
+            parser.add_argument(flag, default=argparse.SUPPRESS, metavar="JSON", help=f"{help_text} (default: {default})")
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
                                 help=f"{help_text} (default: {default!r})")
@@ -86,6 +85,15 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
 
 
 def _config_from_args(args: dict[str, Any]) -> TrainConfig:
+    from erl_envs.safe_parse import loads_json
+
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in args and typing.get_type_hints(TrainConfig)[field.name] is dict:
+            flag = "--" + field.name.replace("_", "-")
+            try:
+                args[field.name] = loads_json(args[field.name], max_chars=1 << 20)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{flag} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
     file = args.pop("config", None)
     preset = {"preset": args["preset"]} if "preset" in args else {}
     return build_config(preset, file=file, flags=args)

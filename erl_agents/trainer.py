@@ -31,7 +31,7 @@ from erl_agents.distributed import World, shard_bounds
 from erl_agents.envs import make_env, tiny_corpus
 from erl_agents.evaluate import EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
-from erl_agents.metrics import consecutive_bad_steps, merge_rollout_rows, rollout_metrics
+from erl_agents.metrics import consecutive_bad_steps, finite_row, merge_rollout_rows, rollout_metrics
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
@@ -407,6 +407,7 @@ class Trainer:
             env.memory = merged
 
     def _log(self, row: dict) -> None:
+        row = finite_row(row)  # strict JSON: the loss of a step with no update is null, not NaN
         self.metrics.append(row)
         self.writer.append_metrics(row)
 
@@ -489,7 +490,7 @@ class Trainer:
         ckpt.set_rng_state(rng, self.rng)
         if len(saved) != self.world.size and self.world.rank:
             torch.manual_seed(self.config.seed + 1_000_003 * self.world.rank)
-        self.metrics = list(state["metrics"])
+        self.metrics = [finite_row(row) for row in state["metrics"]]
         self.step = int(state["step"])
         last = self.metrics[-1] if self.metrics else {}
         # Older checkpoints have no time fields: their last metrics row holds the same numbers.

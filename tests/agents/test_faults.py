@@ -328,6 +328,19 @@ def test_an_update_that_makes_the_weights_non_finite_stops_the_run_before_it_is_
     assert saved == ["step_000001.json", "step_000001.safetensors"]  # nothing non-finite reached a checkpoint
 
 
+def test_a_step_with_nothing_to_train_writes_strict_json(tmp_path):
+    """A step whose every update is skipped has no loss: metrics.jsonl says null, never the non-JSON NaN."""
+    trainer = Trainer(_run_config(tmp_path, "skip", steps=2, max_bad_steps=0, minibatches=2))
+    _nan_gradient_at(trainer, {1, 2})
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        rows = trainer.train()
+    text = (tmp_path / "skip" / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    written = [json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
+               for line in text.splitlines()]
+    assert written[-1]["loss"] is None and written[-1]["grad_norm"] is None and rows[-1]["loss"] is None
+
+
 def test_a_non_finite_learning_rate_is_refused_up_front():
     with pytest.raises(TypeError, match="lr must be a finite number, got inf"):
         build_config(flags={"lr": float("inf")})

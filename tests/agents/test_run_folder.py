@@ -263,10 +263,14 @@ def _under_a_file(tmp_path):
     _no_manifest,
     _planted_pickle,
     lambda tmp_path: (["--max-grad-norm", "-1"], "max_grad_norm must be positive, got -1.0"),
+    lambda tmp_path: (["--env-kwargs", "[" * 50_000 + "]" * 50_000], "--env-kwargs is not valid JSON: nested deeper"),
+    lambda tmp_path: (["--env-kwargs", '{"p": NaN}'], "--env-kwargs is not valid JSON: the number NaN"),
+    lambda tmp_path: (["--env", "CartPole-v1", "--env-kwargs", "{}"], "CartPole-v1 is not a text env"),
+    lambda tmp_path: (["--tasks-per-step", "10000000"], "tasks_per_step must be at least 1 and at most 65,536"),
     lambda tmp_path: (["--eval-tasks", "0"], "eval_tasks must be at least 1 and at most 1,000,000, got 0"),
     lambda tmp_path: (["--device", "tpu"], "device must be one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
 ], ids=["yaml", "missing-config", "env-typo", "output-under-a-file", "no-usable-checkpoint", "planted-pickle",
-        "grad-norm", "eval-tasks", "device"])
+        "grad-norm", "deep-env-kwargs", "nan-env-kwargs", "not-a-text-env", "huge-batch", "eval-tasks", "device"])
 def test_user_errors_end_with_one_line_and_status_2(tmp_path, capsys, case):
     argv, words = case(tmp_path)
     argv = ["--output", str(tmp_path / "out"), *argv]
