@@ -255,7 +255,8 @@ RULES: dict[str, Rule] = {
     "ppo_mini_batch_size": Rule(int, f"non-negative (0 uses minibatches) and at most {_MANY_TASKS:,}",
                                 lambda v: 0 <= v <= _MANY_TASKS),
     "clip_ratio_c": Rule(float, "0 (no dual-clip) or above 1", lambda v: v == 0 or v > 1),
-    "micro_batch_size": _at_least(1, _MANY_TASKS, resume="free"),  # gradients accumulate: the result does not depend on it
+    # Gradients accumulate: the result does not depend on the micro-batch size.
+    "micro_batch_size": _at_least(1, _MANY_TASKS, resume="free"),
     "max_grad_norm": _positive(),
     "gradient_checkpointing": _FREE_FLAG,
     "eval_every": _off_or_more(_MANY_STEPS, resume="free"),

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=f"{help_text} (default: {default})")
         elif kind is dict:  # read with limits in _config_from_args, so that a bad value is one error line
-            parser.add_argument(flag, default=argparse.SUPPRESS, metavar="JSON", help=f"{help_text} (default: {default})")
+            parser.add_argument(flag, default=argparse.SUPPRESS, metavar="JSON",
+                                help=f"{help_text} (default: {default})")
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
                                 help=f"{help_text} (default: {default!r})")

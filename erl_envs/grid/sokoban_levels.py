@@ -59,6 +59,7 @@ _TEXT_SUFFIXES = (".txt", ".xsb", ".sok")
 # No level is bigger than this per side (the largest classic levels are about 20 x 50): checking, drawing and
 # solving a level cost more than its size, so a file holding a 3000 x 3000 "level" is refused before it is read.
 LARGEST_LEVEL_SIDE = 100
+_MAX_RECORD_CHARS = 1 << 20  # a .jsonl line: a level of that size with its name, many times over
 # The push distance of a cell from which no goal can be reached.
 UNREACHABLE = 1 << 30
 
@@ -402,6 +403,8 @@ def _jsonl_records(path: Path) -> list[tuple[str, list[str], str, int]]:
         if not line.strip():
             continue
         where = f"line {lineno}"
+        if len(line) > _MAX_RECORD_CHARS:  # no level of LARGEST_LEVEL_SIDE needs it; parsing it would cost gigabytes
+            raise LevelError(f"{path}: {where}: longer than {_MAX_RECORD_CHARS:,} characters")
         try:
             record = loads_json(line)
         except json.JSONDecodeError as err:

@@ -259,3 +259,11 @@ def test_a_level_file_with_an_enormous_level_is_refused_before_parsing(tmp_path,
     with pytest.raises(LevelError, match=f"level 0 \\(line 1\\): the level is {side}x{side}; levels may be at most "
                                          f"{sokoban_levels.LARGEST_LEVEL_SIDE} per side"):
         sokoban_levels.load_levels(path)
+
+
+def test_a_level_file_line_longer_than_any_level_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "levels.jsonl"
+    path.write_text(json.dumps({"layout": ["#####", "#@$.#", "#####"]}) + "\n"
+                    + json.dumps({"layout": "#" * 2_000_000}) + "\n")
+    with pytest.raises(LevelError, match="levels.jsonl: line 2: longer than 1,048,576 characters"):
+        load_levels(path)
