@@ -161,6 +161,17 @@ def test_a_non_finite_stop_is_one_error_line_and_other_errors_keep_their_traceba
         _main(argv, capsys)
 
 
+def test_an_env_server_failing_mid_run_is_one_error_line(monkeypatch, capsys, tmp_path):
+    from erl_agents import trainer
+    from erl_envs.integrations.remote import RemoteEnvError
+
+    monkeypatch.setattr(trainer, "Trainer", _StoppingTrainer)
+    _StoppingTrainer.error = RemoteEnvError(None, "cannot reach erl-serve at http://127.0.0.1:9 (ConnectionError)")
+    status, err = _main(["--output", str(tmp_path / "run"), "--no-progress"], capsys)
+    assert status == 2 and err.startswith("erl-train: error: cannot reach erl-serve at http://127.0.0.1:9")
+    assert "--resume continues" in err and err.count("\n") == 1
+
+
 def test_the_command_exits_2_without_a_traceback():
     import subprocess
     import sys
