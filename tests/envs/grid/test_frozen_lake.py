@@ -591,8 +591,8 @@ def test_the_biggest_map_that_fits_is_still_played():
     side = 16
     rows = ["S" + "F" * (side - 1)] + ["F" * side] * (side - 2) + ["F" * (side - 1) + "G"]
     env = gym.make("ERL-FrozenLake-v0")
-    for given in (rows, "\n".join(rows), "\n".join(rows) + "\n"):
-        assert env.reset(seed=0, options={"map": given})[1]["size"] == side
+    for form in (rows, "\n".join(rows), "\n".join(rows) + "\n"):
+        assert env.reset(seed=0, options={"map": form})[1]["size"] == side
 
 
 def test_a_map_error_quotes_at_most_a_little_of_the_row():
