@@ -297,8 +297,8 @@ def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, A
     path = Path(path)
     if path.suffix != SUFFIX:
         raise CorruptCheckpointError(
-            f"checkpoint {path} is in the old pickle format of erl-gym < 0.2, which can run any code when it is "
-            f"loaded, so it is never opened; resume from a {SUFFIX} checkpoint or start the run again")
+            f"checkpoint {path} is in the old pickle format of earlier erl-gym checkpoints, which can run any code "
+            f"when it is loaded, so it is never opened; resume from a {SUFFIX} checkpoint or start the run again")
     manifest = verify_checkpoint(path) if verify else None
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
