@@ -168,7 +168,8 @@ def timed_protocol(timeout_s: float) -> type:
 
     The deadline starts when the connection opens and again whenever bytes arrive while no request is in progress;
     it is met by a request whose headers are complete (the body has ``RequestLimits``' deadline). A connection that
-    has not started a new request by then is closed.
+    has not started a new request by then is closed. A connection upgraded to a WebSocket leaves it: its session
+    lasts as long as the client keeps it, and the WebSocket protocol's pings close a dead one.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -184,16 +185,25 @@ def timed_protocol(timeout_s: float) -> type:
             super().data_received(data)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_deadline()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event) -> None:  # noqa: ANN001 - h11's request event
+            self._cancel_header_deadline()  # the WebSocket protocol takes the connection over (pings keep it honest)
+            super().handle_websocket_upgrade(event)
+
+        def _cancel_header_deadline(self) -> None:
             if self._header_deadline is not None:
                 self._header_deadline.cancel()
                 self._header_deadline = None
-            super().connection_lost(exc)
 
         def _arm_header_deadline(self) -> None:
             waiting_after = self.cycle  # the request before the one that must arrive
 
             def expire() -> None:
                 self._header_deadline = None
+                if self.transport.get_protocol() is not self:
+                    return  # upgraded: no longer an HTTP connection
                 if self.cycle is waiting_after and not self.transport.is_closing():
                     log.info("erl-serve: closed a connection that sent no complete request within %g s", timeout_s)
                     self.transport.close()

@@ -353,6 +353,13 @@ def test_connections_that_send_nothing_or_trickle_are_closed():
         assert http.get(server.url + "/health").status_code == 200
         time.sleep(0.5)
         assert http.get(server.url + "/health").status_code == 200
+        from websockets.sync.client import connect
+
+        with connect(server.url.replace("http", "ws") + "/ws", open_timeout=10) as ws:  # a session outlives the limit
+            for _ in range(2):
+                ws.send(json.dumps({"type": "reset", "data": {}}))
+                assert json.loads(ws.recv(timeout=10))["data"]["observation"]["text"] == "ready"
+                time.sleep(1.5)
 
 
 def test_a_4mb_map_is_refused_before_any_work():
