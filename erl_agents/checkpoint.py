@@ -1,16 +1,25 @@
 """Checkpoints that resume a run exactly: weights, optimizer, scheduler, every RNG, the reflection memory, metrics.
 
-A checkpoint is two files, ``step_XXXXXX.pt`` and its manifest ``step_XXXXXX.json`` (size and sha256 of the
-``.pt``). Both are written to a temporary name, flushed to disk and renamed (``os.replace`` is atomic), and the
+A checkpoint is two files, ``step_XXXXXX.safetensors`` and its manifest ``step_XXXXXX.json`` (size and sha256 of the
+first). Both are written to a temporary name, flushed to disk and renamed (``os.replace`` is atomic), and the
 manifest goes last, so a process killed at any moment leaves either a complete, verifiable checkpoint or one
-without a manifest, which loading treats as unfinished. Loading checks the manifest before unpickling anything, so
+without a manifest, which loading treats as unfinished. Loading checks the manifest before reading anything, so
 a truncated or corrupted file is reported by name instead of resuming from garbage, and
 ``load_latest_checkpoint`` falls back to the newest checkpoint that verifies.
+
+Loading a checkpoint never runs code, whoever wrote the file (run folders travel between people and machines, and
+a manifest only proves that the file is the one its writer meant). The file is safetensors: every tensor of the
+state (weights, optimizer moments, torch RNG states) as raw data, plus one ``uint8`` tensor holding everything else
+as JSON (``encode_state``): dicts, lists, strings, numbers, booleans and null, with tagged objects for the few other
+types a training state holds (tuples, dicts with non-string keys, numeric numpy arrays, non-finite floats, tensor
+references). Decoding builds only those types. Checkpoints of older erl-gym versions (``step_XXXXXX.pt``, a pickle,
+which can run any code when loaded) are refused by name, never opened.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -21,13 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from erl_agents.run_folder import RunFolderError, failure_reason, file_digest, write_atomically
+from erl_agents.run_folder import (RunFolderError, failure_reason, file_digest, write_atomically,
+                                   write_file_atomically)
 from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = [
     "CorruptCheckpointError",
     "rng_state",
     "set_rng_state",
+    "encode_state",
+    "decode_state",
     "save_checkpoint",
     "list_checkpoints",
     "latest_checkpoint",
@@ -36,14 +48,19 @@ __all__ = [
     "load_latest_checkpoint",
 ]
 
-_NAME = re.compile(r"^step_(\d+)\.pt$")
-_STEP_FILE = re.compile(r"^step_(\d+)\.(pt|json)$")
-_TEMP = re.compile(r"^\.step_\d+\.(pt|json)\.tmp$")
+SUFFIX = ".safetensors"
+_NAME = re.compile(r"^step_(\d+)\.(safetensors|pt)$")
+_STEP_FILE = re.compile(r"^step_(\d+)\.(safetensors|pt|json)$")
+_TEMP = re.compile(r"^\.step_\d+\.(safetensors|pt|json)\.tmp$")
 _MAX_MANIFEST_BYTES = 1 << 16
+_STATE_KEY = "erl/state.json"  # the tensor holding the JSON part of a checkpoint
+_FORMAT = {"format": "erl-gym checkpoint", "version": "2"}
+# numpy arrays a checkpoint may hold (the legacy RNG's key): plain numbers only, never object arrays.
+_ARRAY_KINDS = "biuf"
 
 
 class CorruptCheckpointError(RuntimeError):
-    """A checkpoint file that is incomplete, truncated or altered since it was written."""
+    """A checkpoint file that is incomplete, truncated, altered since it was written, or not a checkpoint at all."""
 
 
 def rng_state(generator: np.random.Generator) -> dict[str, Any]:
@@ -68,15 +85,121 @@ def set_rng_state(state: dict[str, Any], generator: np.random.Generator) -> None
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# --- the state as JSON and tensors -------------------------------------------------------------------------------
+
+
+def encode_state(value: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """``value`` as JSON-ready data and the tensors it references (``{"$tensor": name}``).
+
+    A tensor met twice (tied weights) is stored once; a tensor that shares memory with another one in any other way
+    is copied, since safetensors stores each tensor's bytes once and refuses overlapping ones.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    names: dict[tuple, str] = {}
+    storages: set[tuple] = set()
+
+    def tensor_name(tensor: torch.Tensor, path: str) -> str:
+        view = (tensor.device, tensor.dtype, tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()))
+        if tensor.numel() and view in names:
+            return names[view]
+        data = tensor.detach()
+        storage = (tensor.device, data.untyped_storage().data_ptr())
+        if storage in storages or not data.is_contiguous():
+            data = data.clone(memory_format=torch.contiguous_format)
+        storages.add((data.device, data.untyped_storage().data_ptr()))
+        name = path or "tensor"
+        while name in tensors:
+            name += "'"
+        tensors[name] = data.to("cpu")
+        if tensor.numel():
+            names[view] = name
+        return name
+
+    def encode(item: Any, path: str) -> Any:
+        if isinstance(item, torch.Tensor):
+            return {"$tensor": tensor_name(item, path)}
+        if item is None or isinstance(item, (bool, str)):
+            return item
+        if isinstance(item, (int, np.integer)) and not isinstance(item, np.bool_):
+            return int(item)
+        if isinstance(item, np.bool_):
+            return bool(item)
+        if isinstance(item, (float, np.floating)):
+            return float(item) if math.isfinite(item) else {"$float": repr(float(item))}
+        if isinstance(item, np.ndarray) and item.dtype.kind in _ARRAY_KINDS:
+            return {"$ndarray": item.tolist(), "dtype": item.dtype.name}
+        if isinstance(item, tuple):
+            return {"$tuple": [encode(v, f"{path}/{i}") for i, v in enumerate(item)]}
+        if isinstance(item, list):
+            return [encode(v, f"{path}/{i}") for i, v in enumerate(item)]
+        if isinstance(item, dict):
+            if all(type(k) is str and not k.startswith("$") for k in item):
+                return {k: encode(v, f"{path}/{k}" if path else k) for k, v in item.items()}
+            return {"$dict": [[encode(k, f"{path}/key"), encode(v, f"{path}/{k}")] for k, v in item.items()]}
+        raise TypeError(f"a checkpoint cannot hold a {type(item).__name__} (at {path or 'the top'}): only tensors, "
+                        "numeric numpy arrays, dicts, lists, tuples, strings, numbers, booleans and None")
+
+    return encode(value, ""), tensors
+
+
+def decode_state(data: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of ``encode_state``; builds nothing but plain data and the given tensors (``ValueError`` on a
+    tag it does not know or a tensor that is not there)."""
+    def decode(item: Any) -> Any:
+        if isinstance(item, list):
+            return [decode(v) for v in item]
+        if not isinstance(item, dict):
+            return item
+        tags = [k for k in item if k.startswith("$")]
+        if not tags:
+            return {k: decode(v) for k, v in item.items()}
+        tag = tags[0]
+        if tag == "$tensor" and set(item) == {"$tensor"} and isinstance(item["$tensor"], str):
+            if item["$tensor"] not in tensors:
+                raise ValueError(f"the state refers to a tensor {item['$tensor']!r:.80} that the file does not hold")
+            return tensors[item["$tensor"]]
+        if tag == "$tuple" and set(item) == {"$tuple"} and isinstance(item["$tuple"], list):
+            return tuple(decode(v) for v in item["$tuple"])
+        if tag == "$dict" and set(item) == {"$dict"} and isinstance(item["$dict"], list):
+            pairs = [decode(pair) for pair in item["$dict"]]
+            if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
+                raise ValueError("a tagged dict must hold [key, value] pairs")
+            try:
+                return dict(pairs)
+            except TypeError:
+                raise ValueError("a tagged dict has a key that is not a string, number or tuple") from None
+        if tag == "$float" and set(item) == {"$float"} and item["$float"] in ("nan", "inf", "-inf"):
+            return float(item["$float"])
+        if tag == "$ndarray" and set(item) == {"$ndarray", "dtype"}:
+            dtype = np.dtype(item["dtype"]) if item["dtype"] in _ARRAY_DTYPES else None
+            if dtype is None:
+                raise ValueError(f"a numpy array of dtype {item['dtype']!r:.40} is not allowed in a checkpoint")
+            return np.array(item["$ndarray"], dtype=dtype)
+        raise ValueError(f"unknown tagged object {sorted(item)!r:.120} in the checkpoint state")
+
+    return decode(data)
+
+
+_ARRAY_DTYPES = frozenset(np.dtype(code).name for code in "?bBhHiIlLqQefd")
+
+
 def _manifest_path(path: Path) -> Path:
     return path.with_suffix(".json")
 
 
 def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``folder/step_XXXXXX.pt`` and its manifest atomically; keep the newest ``keep`` checkpoints (0: all).
+    """Write ``folder/step_XXXXXX.safetensors`` and its manifest atomically; keep the newest ``keep`` checkpoints
+    (0: all). ``payload`` holds tensors and plain data (see ``encode_state``).
 
     Leftover temporary files of a save that was killed are removed here.
     """
+    from safetensors.torch import save_file
+
+    state, tensors = encode_state({"step": step, **payload})
+    if _STATE_KEY in tensors:
+        raise ValueError(f"{_STATE_KEY!r} is a reserved name in a checkpoint")
+    text = json.dumps(state, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass")
+    tensors[_STATE_KEY] = torch.frombuffer(bytearray(text), dtype=torch.uint8) if text else torch.zeros(0)
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -86,24 +209,25 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
     for leftover in folder.iterdir():
         if _TEMP.match(leftover.name):
             leftover.unlink(missing_ok=True)
-    path = folder / f"step_{step:06d}.pt"
+    path = folder / f"step_{step:06d}{SUFFIX}"
     manifest = _manifest_path(path)
     # A manifest from an earlier life of this step (a resumed run saving it again) must not vouch for the new file.
     manifest.unlink(missing_ok=True)
-    write_atomically(path, lambda f: torch.save({"step": step, **payload}, f))
+    write_file_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=_FORMAT))
     sha256, size = file_digest(path)
     record = {"step": step, "file": path.name, "bytes": size, "sha256": sha256}
     write_atomically(manifest, lambda f: f.write(json.dumps(record, indent=2).encode()))
     if keep > 0:
         steps = sorted({int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name))})
         for stale in steps[:-keep]:
-            for suffix in (".pt", ".json"):
+            for suffix in (SUFFIX, ".pt", ".json"):
                 (folder / f"step_{stale:06d}{suffix}").unlink(missing_ok=True)
     return path
 
 
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
-    """Every ``step_XXXXXX.pt`` in ``folder``, oldest first (verified or not)."""
+    """Every ``step_XXXXXX.safetensors`` in ``folder`` (and old ``.pt`` ones, which loading refuses), oldest first,
+    verified or not."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -167,14 +291,25 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
-    """Verify (unless ``verify=False``) and load one checkpoint onto the CPU."""
+    """Verify (unless ``verify=False``) and load one checkpoint onto the CPU; nothing in the file is executed."""
+    from safetensors import SafetensorError, safe_open
+
     path = Path(path)
+    if path.suffix != SUFFIX:
+        raise CorruptCheckpointError(
+            f"checkpoint {path} is in the old pickle format of earlier erl-gym checkpoints, which can run any code "
+            f"when it is loaded, so it is never opened; resume from a {SUFFIX} checkpoint or start the run again")
     manifest = verify_checkpoint(path) if verify else None
     try:
-        # Our own files hold numpy/python RNG states, which the safe weights-only loader refuses.
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises several types for a damaged archive
-        raise CorruptCheckpointError(f"checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc})") from exc
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        raw = tensors.pop(_STATE_KEY, None)
+        if raw is None or raw.dtype != torch.uint8 or raw.dim() != 1:
+            raise ValueError(f"no {_STATE_KEY!r} entry of bytes: not an erl-gym checkpoint")
+        state = decode_state(loads_json(bytes(raw.numpy()).decode("utf-8", "surrogatepass")), tensors)
+    except (SafetensorError, ValueError, TypeError, OverflowError, OSError, RuntimeError) as exc:
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise CorruptCheckpointError(f"checkpoint {path} cannot be loaded ({reason})") from exc
     if not isinstance(state, dict) or "step" not in state:
         raise CorruptCheckpointError(f"checkpoint {path} does not hold a training state (no 'step' entry)")
     if manifest is not None and state["step"] != manifest["step"]:

@@ -33,6 +33,7 @@ class TrainConfig:
     output: str = "runs/erl"  # run directory: config, metrics.jsonl, checkpoints, curves.png
     resume: bool = False  # continue from the latest checkpoint in --output
     resume_changes: str = ""  # with --resume: fields allowed to differ from the run's config.json (comma-separated; all)
+    overwrite: bool = False  # without --resume: replace the run already in --output (its files are deleted), not refuse
     # --- the loop ---
     steps: int = 200  # training steps (one rollout batch and one update each)
     tasks_per_step: int = 64  # distinct task instances per step (paper: batch 64)
@@ -155,15 +156,20 @@ class Rule:
     kind: type  # int, float, str, bool or dict; an int is accepted where a float is expected, never the reverse
     allowed: str = ""  # the allowed values in words, for the error message ("at least 1", "in (0, 1]")
     check: Callable[[Any], bool] = lambda value: True
-    resume: str = "fixed"  # "fixed": --resume refuses a change (unless allowed explicitly); "free": it may change
+    # "fixed": --resume refuses a change unless --resume-changes names it; "free": it may change; "never": the
+    # checkpoint's weights have this shape, so no resume may change it
+    resume: str = "fixed"
 
 
-def _at_least(low: float, kind: type = int, resume: str = "fixed") -> Rule:
-    return Rule(kind, f"at least {low}", lambda v: v >= low, resume)
+def _at_least(low: float, high: float, kind: type = int, resume: str = "fixed") -> Rule:
+    return Rule(kind, f"at least {low} and at most {high:,}", lambda v: low <= v <= high, resume)
 
 
-def _off_or_more(kind: type = int, resume: str = "fixed") -> Rule:
-    return Rule(kind, "non-negative (0 turns it off)", lambda v: v >= 0, resume)
+def _off_or_more(high: float | None = None, kind: type = int, resume: str = "fixed") -> Rule:
+    """A non-negative number (0: off), at most ``high`` when given (every integer that sizes work has a bound)."""
+    if high is None:
+        return Rule(kind, "non-negative (0 turns it off)", lambda v: v >= 0, resume)
+    return Rule(kind, f"non-negative (0 turns it off) and at most {high:,}", lambda v: 0 <= v <= high, resume)
 
 
 def _positive(kind: type = float, resume: str = "fixed") -> Rule:
@@ -187,96 +193,105 @@ def _text(resume: str = "fixed") -> Rule:
 _ANY_REAL = Rule(float)
 _FLAG = Rule(bool)
 _FREE_FLAG = Rule(bool, resume="free")
+# Upper bounds of the integer fields: far beyond any real run, low enough that no value allocates without end.
+_MANY_STEPS = 10_000_000
+_MANY_TASKS = 65_536
+_MANY_TOKENS = 1 << 22
+MAX_MEMORY_SLOTS = 1 << 20  # = erl_envs.reflection.memory.MAX_SLOTS
+MAX_EPISODES_PER_STEP = 1 << 20  # tasks_per_step x group size: one env each
 
 RULES: dict[str, Rule] = {
     "env": _text(),
     "env_kwargs": Rule(dict),
     "eval_env_kwargs": Rule(dict, resume="free"),
     "algo": _one_of(*ALGOS),
-    "model": _text(),
+    "model": _text(resume="never"),
     "preset": Rule(str, "empty or a preset name", lambda v: v == "" or v in PRESETS, resume="free"),
     "seed": Rule(int, f"in [0, {2**32 - 1}]", lambda v: 0 <= v < 2**32),
     "output": _text(resume="free"),
     "resume": _FREE_FLAG,
-    "max_sampled_tokens": _off_or_more(resume="free"),
+    "overwrite": _FREE_FLAG,
+    "max_sampled_tokens": _off_or_more(10**15, resume="free"),
     "reflection_instructions": Rule(str),
     "allow_eval_overlap": _FREE_FLAG,
     "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
                            lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
                                          name.strip()), resume="free"),
-    "steps": _at_least(1, resume="free"),
-    "tasks_per_step": _at_least(1),
-    "n_rlvr": _at_least(1),
-    "n_erl": _at_least(1),
+    "steps": _at_least(1, _MANY_STEPS, resume="free"),
+    "tasks_per_step": _at_least(1, _MANY_TASKS),
+    "n_rlvr": _at_least(1, 1024),
+    "n_erl": _at_least(1, 1024),
     "reflector": _one_of("policy", "rule", "plan"),
     "no_memory": _FLAG,
     "memory": _one_of("single", "pool"),
-    "memory_slots": _at_least(1),
+    "memory_slots": _at_least(1, MAX_MEMORY_SLOTS),
     "memory_rule": _one_of("project", "paper"),
     "no_reflection": _FLAG,
     "gate_threshold": _ANY_REAL,
     "memory_threshold": _ANY_REAL,
     "distill": _one_of("imitation", "reverse_kl"),
-    "distill_coef": _off_or_more(float),
+    "distill_coef": _off_or_more(kind=float),
     "temperature": _positive(),
     "top_p": _fraction(low_open=True, high_open=False),
-    "top_k": _off_or_more(),
-    "max_new_tokens": _at_least(1),
+    "top_k": _off_or_more(1 << 24),
+    "max_new_tokens": _at_least(1, _MANY_TOKENS),
     "reflect_temperature": _positive(),
     "reflect_top_p": _fraction(low_open=True, high_open=False),
-    "reflect_max_new_tokens": _at_least(1),
+    "reflect_max_new_tokens": _at_least(1, _MANY_TOKENS),
     "constrained_actions": _FLAG,
     "kv_reuse": _FREE_FLAG,  # the same samples either way: a speed switch
-    "max_seq_len": _at_least(2),
+    "max_seq_len": _at_least(2, _MANY_TOKENS),
     "lr": _positive(),
-    "weight_decay": _off_or_more(float),
+    "weight_decay": _off_or_more(kind=float),
     "adam_beta2": _fraction(low_open=False, high_open=True),
-    "warmup_steps": _off_or_more(),
+    "warmup_steps": _off_or_more(_MANY_STEPS),
     "clip_low": _fraction(low_open=False, high_open=True),
-    "clip_high": _off_or_more(float),
-    "kl_coef": _off_or_more(float),
-    "entropy_coef": _off_or_more(float),
+    "clip_high": _off_or_more(kind=float),
+    "kl_coef": _off_or_more(kind=float),
+    "entropy_coef": _off_or_more(kind=float),
     "advantage": _one_of("grpo", "dr_grpo", "raft"),
     "single_member": _one_of("reward", "zero"),
     "loss_agg": _one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
-    "ppo_epochs": _at_least(1),
-    "minibatches": _at_least(1),
-    "ppo_mini_batch_size": Rule(int, "non-negative (0 uses minibatches)", lambda v: v >= 0),
+    "ppo_epochs": _at_least(1, 1000),
+    "minibatches": _at_least(1, _MANY_TASKS),
+    "ppo_mini_batch_size": Rule(int, f"non-negative (0 uses minibatches) and at most {_MANY_TASKS:,}",
+                                lambda v: 0 <= v <= _MANY_TASKS),
     "clip_ratio_c": Rule(float, "0 (no dual-clip) or above 1", lambda v: v == 0 or v > 1),
-    "micro_batch_size": _at_least(1, resume="free"),  # gradients accumulate: the result does not depend on it
+    # Gradients accumulate: the result does not depend on the micro-batch size.
+    "micro_batch_size": _at_least(1, _MANY_TASKS, resume="free"),
     "max_grad_norm": _positive(),
     "gradient_checkpointing": _FREE_FLAG,
-    "eval_every": _off_or_more(resume="free"),
-    "eval_tasks": _at_least(1, resume="free"),
-    "eval_samples": _at_least(1, resume="free"),
+    "eval_every": _off_or_more(_MANY_STEPS, resume="free"),
+    "eval_tasks": _at_least(1, 1_000_000, resume="free"),
+    "eval_samples": _at_least(1, 1024, resume="free"),
     "eval_temperature": _positive(resume="free"),
     "eval_top_p": _fraction(low_open=True, high_open=False, resume="free"),
-    "eval_top_k": _off_or_more(resume="free"),
+    "eval_top_k": _off_or_more(1 << 24, resume="free"),
     "eval_set": _one_of("auto", "paper", "seeded", resume="free"),
-    "checkpoint_every": _off_or_more(resume="free"),
-    "keep_checkpoints": _off_or_more(resume="free"),
+    "checkpoint_every": _off_or_more(_MANY_STEPS, resume="free"),
+    "keep_checkpoints": _off_or_more(1_000_000, resume="free"),
     "save_final_model": _FREE_FLAG,
     "device": _one_of("auto", "cpu", "cuda", resume="free"),
     "dtype": _one_of("auto", "float32", "bfloat16", "float16"),
-    "threads": _off_or_more(resume="free"),
+    "threads": _off_or_more(4096, resume="free"),
     "progress": _FREE_FLAG,
-    "time_limit_min": _off_or_more(float, resume="free"),
-    "max_bad_steps": _off_or_more(resume="free"),
+    "time_limit_min": _off_or_more(kind=float, resume="free"),
+    "max_bad_steps": _off_or_more(_MANY_STEPS, resume="free"),
     "mask_truncated": _FLAG,
-    "episode_time_limit": _off_or_more(float),
-    "episode_token_limit": _off_or_more(),
+    "episode_time_limit": _off_or_more(kind=float),
+    "episode_token_limit": _off_or_more(10**15),
     "precision": _one_of("auto", "bf16", "fp32"),
-    "max_tokens_per_micro_batch": _off_or_more(resume="free"),
+    "max_tokens_per_micro_batch": _off_or_more(1 << 30, resume="free"),
     "backend": _one_of("auto", "gloo", "nccl", resume="free"),
-    "lora_r": _off_or_more(),
+    "lora_r": _off_or_more(65_536, resume="never"),
     "lora_alpha": _positive(),
-    "lora_targets": _text(),
-    "tiny_hidden": _at_least(1),
-    "tiny_layers": _at_least(1),
-    "tiny_heads": _at_least(1),
-    "tiny_intermediate": _at_least(1),
-    "tiny_vocab": _at_least(1),
-    "tiny_grid_tokens": _one_of("cell", "row"),
+    "lora_targets": _text(resume="never"),
+    "tiny_hidden": _at_least(1, 65_536, resume="never"),
+    "tiny_layers": _at_least(1, 1024, resume="never"),
+    "tiny_heads": _at_least(1, 1024, resume="never"),
+    "tiny_intermediate": _at_least(1, 1 << 18, resume="never"),
+    "tiny_vocab": _at_least(1, 1 << 20, resume="never"),
+    "tiny_grid_tokens": _one_of("cell", "row", resume="never"),
 }
 
 # Rules that tie fields together: (the fields, the check on the config, what is allowed).
@@ -287,6 +302,10 @@ JOINT_RULES: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
      "tiny_hidden divisible by tiny_heads"),
     (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden // max(c.tiny_heads, 1) % 2 == 0,
      "an even head size tiny_hidden / tiny_heads (rotary embeddings rotate pairs)"),
+    (("tasks_per_step", "n_rlvr", "n_erl"), lambda c: c.tasks_per_step * c.group_size <= MAX_EPISODES_PER_STEP,
+     f"at most {MAX_EPISODES_PER_STEP:,} episodes a step (tasks_per_step times the group size of the algorithm)"),
+    (("resume", "overwrite"), lambda c: not (c.resume and c.overwrite),
+     "at most one of them: --resume continues the run in --output, --overwrite replaces it"),
 ]
 
 

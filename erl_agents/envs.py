@@ -12,11 +12,21 @@ __all__ = ["make_env", "prompt_constants", "tiny_corpus"]
 
 
 def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs)``, refusing an env that does not read and write text (the trainer's
+    policy is a language model: observations and actions must be ``gymnasium.spaces.Text``)."""
     import erl_envs  # noqa: F401  (registers the ERL envs)
 
     # JSON and YAML have no tuples; our envs take ranges such as size=(2, 4) as tuples.
     kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in env_kwargs.items()}
-    return gym.make(env_id, **kwargs)
+    env = gym.make(env_id, **kwargs)
+    spaces = {"observation": env.observation_space, "action": env.action_space}
+    wrong = {name: space for name, space in spaces.items() if not isinstance(space, gym.spaces.Text)}
+    if wrong:
+        env.close()
+        shown = ", ".join(f"its {name} space is {type(space).__name__}" for name, space in wrong.items())
+        raise ValueError(f"{env_id} is not a text env ({shown}): erl-train trains language models on envs whose "
+                         f"observations and actions are text (gymnasium.spaces.Text), such as the ERL-* envs")
+    return env
 
 
 

@@ -1,19 +1,22 @@
 """One training step's rollout metrics, their merge over data-parallel ranks, and what the logged rows tell later.
 
 Per role: count, mean reward and success; the r1 -> r2 lift of the retried episodes; tokens; truncated replies and
-budget-ended episodes; zero-variance GRPO groups; how often a reflection held a usable ``<prompt>`` block.
+budget-ended episodes; zero-variance GRPO groups; how often a reflection held a usable ``<prompt>`` block. A logged
+row is strict JSON (``finite_row``): a number that does not exist (the loss of a step with no update) is null.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import math
+
 import numpy as np
 
 from erl_agents.batch import zero_variance_groups
 from erl_agents.rollout import ROLES, Episode, Trajectory
 
-__all__ = ["rollout_metrics", "merge_rollout_rows", "consecutive_bad_steps"]
+__all__ = ["rollout_metrics", "merge_rollout_rows", "consecutive_bad_steps", "finite_row"]
 
 
 def rollout_metrics(episodes: Sequence[Episode], trajectories: Sequence[Trajectory], memory=None) -> dict[str, float]:
@@ -83,3 +86,8 @@ def consecutive_bad_steps(metrics: Sequence[dict]) -> int:
             break
         count += 1
     return count
+
+
+def finite_row(row: dict) -> dict:
+    """``row`` with NaN and infinite numbers as None, so that it is strict JSON (``null``) wherever it is written."""
+    return {key: None if isinstance(value, float) and not math.isfinite(value) else value for key, value in row.items()}

@@ -179,13 +179,17 @@ def packaged_model_file(name: str) -> Path:
     return located[0]
 
 
-def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str | None = None):
+def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", attn_implementation: str | None = None,
+                safetensors_only: bool = False):
     """Load a causal LM and its tokenizer by packaged-model name (``PACKAGED_MODELS``), hub name (from the local
-    cache) or directory; returns ``Policy``."""
+    cache) or directory; returns ``Policy``. ``safetensors_only`` reads weights from safetensors files only, never a
+    pickle (``pytorch_model.bin``): for folders a run reads back, whoever wrote them."""
     dtypes = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in dtypes:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(dtypes)}")
     kwargs = {"dtype": dtypes[dtype]}
+    if safetensors_only:
+        kwargs["use_safetensors"] = True
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     source, file_kwargs = name_or_path, {}

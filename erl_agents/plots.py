@@ -1,4 +1,8 @@
-"""Learning curves of a run (or several) as one PNG, from the rows of ``metrics.jsonl``."""
+"""Learning curves of a run (or several) as one PNG, from the rows of ``metrics.jsonl``.
+
+Each file is written whole (a temporary name, then renamed): a kill or a full disk leaves the previous picture,
+and a write the disk refuses is a ``RunFolderError`` naming the file and the reason.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ _PANELS = (
 
 
 def _series(rows: Sequence[Mapping], key: str) -> tuple[list[float], list[float]]:
-    points = [(r["step"], r[key]) for r in rows if key in r and r[key] == r[key]]
+    points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] == r[key]]
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -41,8 +45,7 @@ def plot_learning_curves(rows: Sequence[Mapping], path: str | os.PathLike, title
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_runs(runs: Mapping[str, Sequence[Mapping]], path: str | os.PathLike, key: str = "eval/success",
@@ -66,5 +69,15 @@ def plot_runs(runs: Mapping[str, Sequence[Mapping]], path: str | os.PathLike, ke
     if title:
         ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
+
+
+def _save(fig, path: str | os.PathLike) -> None:
+    import matplotlib.pyplot as plt
+
+    from erl_agents.run_folder import write_file_atomically
+
+    try:
+        write_file_atomically(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    finally:
+        plt.close(fig)

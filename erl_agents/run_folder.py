@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -24,12 +25,14 @@ from erl_agents.config import RULES, TrainConfig, config_to_dict
 from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = ["RunFolderError", "RunFolderLockedError", "RunLock", "RunWriter", "ResumeRefusedError", "resume_changes",
-           "check_resume", "write_atomically", "save_folder", "folder_problem", "file_digest", "fsync_dir",
-           "disk_problem", "failure_reason", "FOLDER_MANIFEST"]
+           "check_resume", "write_atomically", "write_file_atomically", "save_folder", "folder_problem", "file_digest",
+           "fsync_dir", "disk_problem", "failure_reason", "FOLDER_MANIFEST", "RUN_FILES", "RunFolderTakenError",
+           "run_in_folder", "claim_folder"]
 
 FOLDER_MANIFEST = "erl_manifest.json"
 _CHUNK = 1 << 20
 _LOW_SPACE = 1 << 20  # bytes: below this a failed write is put down to a full disk
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 class RunFolderError(OSError):
@@ -42,11 +45,16 @@ class RunFolderLockedError(RuntimeError):
 
 def disk_problem(exc: BaseException, folder: Path) -> str | None:
     """Why a write failed when the disk or the OS is the cause, in words: the OS error behind ``exc`` (torch and
-    safetensors wrap it in their own exceptions), else a read-only or full file system; ``None`` otherwise."""
+    safetensors wrap it in their own exceptions, or only name it in their message), else a read-only or full file
+    system; ``None`` otherwise."""
     seen = exc
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno:
             return os.strerror(seen.errno).lower()
+        # Libraries written in Rust (safetensors) put the OS error in their message: "... (os error 28)".
+        code = _RUST_OS_ERROR.search(str(seen))
+        if code:
+            return os.strerror(int(code.group(1))).lower()
         seen = seen.__cause__ or seen.__context__
     try:
         stats = os.statvfs(folder)
@@ -84,12 +92,21 @@ def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], None]
     On any failure the temporary file is removed, ``path`` keeps its old content (or stays absent), and an OS-level
     problem is raised as ``RunFolderError`` naming ``path``.
     """
+    def fill(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            write(f)
+
+    write_file_atomically(path, fill)
+
+
+def write_file_atomically(path: str | os.PathLike, fill: Callable[[Path], None]) -> None:
+    """``write_atomically`` for writers that take a file name (``safetensors.torch.save_file``, ``savefig``):
+    ``fill(tmp)`` creates the temporary file, which is then flushed to disk and renamed to ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
+        fill(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
@@ -228,14 +245,14 @@ class RunWriter:
             path = self.folder / "metrics.jsonl"
             try:
                 with open(path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(json.dumps(row, allow_nan=False) + "\n")
             except OSError as exc:
                 raise RunFolderError(f"cannot write {path}: {failure_reason(exc, self.folder)}") from exc
 
     def rewrite_metrics(self, rows: Sequence[dict]) -> None:
         """After a resume: metrics.jsonl holds exactly the checkpoint's rows (drops steps that were lost)."""
         if self.enabled:
-            text = "".join(json.dumps(r) + "\n" for r in rows)
+            text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows)
             write_atomically(self.folder / "metrics.jsonl", lambda f: f.write(text.encode("utf-8")))
 
 
@@ -245,7 +262,7 @@ class ResumeRefusedError(ValueError):
 
 def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], list[str]]:
     """The fields whose value differs from the run's saved config (``{name: [old, new]}``), and those of them that
-    ``--resume`` refuses: "fixed" fields not named in ``config.resume_changes``."""
+    ``--resume`` refuses: "never" fields, and "fixed" fields not named in ``config.resume_changes``."""
     allowed = {name.strip() for name in config.resume_changes.split(",") if name.strip()}
     defaults = config_to_dict(TrainConfig())
     changes = {}
@@ -253,8 +270,8 @@ def resume_changes(saved: dict, config: TrainConfig) -> tuple[dict[str, list], l
         old = saved.get(name, defaults[name])
         if old != value:
             changes[name] = [old, value]
-    refused = [name for name in changes if RULES[name].resume == "fixed" and "all" not in allowed
-               and name not in allowed]
+    refused = [name for name in changes if RULES[name].resume == "never" or (
+        RULES[name].resume == "fixed" and "all" not in allowed and name not in allowed)]
     return changes, refused
 
 
@@ -277,15 +294,75 @@ def check_resume(config: TrainConfig, state: dict) -> list[dict]:
     history = saved.pop("history", [])
     history = list(history) if isinstance(history, list) else []
     changes, refused = resume_changes(saved, config)
+    never = [name for name in refused if RULES[name].resume == "never"]
+    if never:
+        shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in never)
+        raise ResumeRefusedError(
+            f"--resume refuses to change the model of the run in {config.output} ({shown}): these fields cannot "
+            f"change when a run resumes, even with --resume-changes, since its checkpoints hold weights of the old "
+            f"shape; resume with its values (see its config.json) or start a new --output")
     if refused:
         shown = "; ".join(f"{name} {changes[name][0]!r} -> {changes[name][1]!r}" for name in refused)
         raise ResumeRefusedError(
             f"--resume refuses to change what the run in {config.output} is ({shown}); resume with its "
             f"values (see its config.json), start a new --output, or allow the change with "
             f"--resume-changes {','.join(refused)}")
-    for name in ("resume", "resume_changes"):  # how this process was started, not what the run is
+    for name in ("resume", "resume_changes", "overwrite"):  # how this process was started, not what the run is
         changes.pop(name, None)
     if changes:
         history.append({"resumed_at_step": int(state["step"]), "changes": changes,
                         "allowed": [name for name in changes if RULES[name].resume == "fixed"]})
     return history
+
+
+# --- a folder holds one run ---------------------------------------------------------------------------------------
+
+# What a run writes into its folder; --overwrite removes exactly these (and their temporary names), nothing else.
+RUN_FILES = ("config.json", "metrics.jsonl", "checkpoints", "initial_model", "final_model", "curves.png")
+
+
+class RunFolderTakenError(ValueError):
+    """A new run (no ``--resume``) asked for a folder that holds another run."""
+
+
+def run_in_folder(folder: str | os.PathLike) -> str | None:
+    """What shows that ``folder`` holds a run (its config, metrics or checkpoints), in words; ``None`` when it holds
+    none. An ``initial_model/`` alone does not count: a run killed while building it leaves only that, and it is
+    checked against the new run's seed and shape before any use."""
+    folder = Path(folder)
+    found = []
+    if (folder / "config.json").exists():
+        found.append("config.json")
+    metrics = folder / "metrics.jsonl"
+    if metrics.exists():
+        found.append("metrics.jsonl")
+    checkpoints = folder / "checkpoints"
+    steps = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("step_")) if checkpoints.is_dir() else []
+    if steps:
+        found.append(f"checkpoints up to {steps[-1]}")
+    if (folder / "final_model").exists():
+        found.append("final_model/")
+    return ", ".join(found) or None
+
+
+def claim_folder(folder: str | os.PathLike, overwrite: bool) -> None:
+    """Make ``folder`` this new run's: refuse one that holds another run (``RunFolderTakenError``), or with
+    ``overwrite`` delete that run's files first. Called with the folder's lock held."""
+    folder = Path(folder)
+    other = run_in_folder(folder)
+    if other is None:
+        return
+    if not overwrite:
+        raise RunFolderTakenError(
+            f"{folder} holds another run ({other}): continue it with --resume, start this run in another --output, "
+            f"or replace that run with --overwrite (which deletes its files)")
+    warnings.warn(f"--overwrite: deleting the run in {folder} ({other})", RuntimeWarning, stacklevel=2)
+    for name in RUN_FILES:
+        for path in (folder / name, folder / f".{name}.tmp", folder / f".{name}.old"):
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise RunFolderError(f"--overwrite cannot delete {path}: {failure_reason(exc, folder)}") from exc

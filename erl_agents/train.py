@@ -70,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=f"{help_text} (default: {default})")
-        elif kind is dict:
-            parser.add_argument(flag, type=json.loads, default=argparse.SUPPRESS, metavar="JSON",
+        elif kind is dict:  # read with limits in _config_from_args, so that a bad value is one error line
+            parser.add_argument(flag, default=argparse.SUPPRESS, metavar="JSON",
                                 help=f"{help_text} (default: {default})")
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, metavar=kind.__name__.upper(),
@@ -86,6 +86,15 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
 
 
 def _config_from_args(args: dict[str, Any]) -> TrainConfig:
+    from erl_envs.safe_parse import loads_json
+
+    for field in dataclasses.fields(TrainConfig):
+        if field.name in args and typing.get_type_hints(TrainConfig)[field.name] is dict:
+            flag = "--" + field.name.replace("_", "-")
+            try:
+                args[field.name] = loads_json(args[field.name], max_chars=1 << 20)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{flag} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
     file = args.pop("config", None)
     preset = {"preset": args["preset"]} if "preset" in args else {}
     return build_config(preset, file=file, flags=args)
@@ -127,8 +136,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from erl_agents.checkpoint import CorruptCheckpointError
     from erl_agents.run_folder import RunFolderLockedError
+    from erl_envs.integrations.remote import RemoteEnvError
 
-    return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError)
+    return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError,
+            RemoteEnvError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -154,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from erl_agents.run_folder import RunFolderError
     from erl_agents.trainer import Trainer
     from erl_agents.update import NonFiniteTrainingError
+    from erl_envs.integrations.remote import RemoteEnvError
 
     # Under torchrun (WORLD_SIZE > 1) this process is one data-parallel rank; otherwise a world of one.
     device_type = "cuda" if config.device == "cuda" or (config.device == "auto" and _cuda_available()) else "cpu"
@@ -172,6 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics = trainer.train()
         except (NonFiniteTrainingError, RunFolderError) as exc:
             return _fail(exc, debug)
+        except RemoteEnvError as exc:  # the env server went away or refused: the checkpoints so far are intact
+            stopped = RuntimeError(f"{exc}; once the server answers again, --resume continues from the checkpoints "
+                                   f"in {config.output}")
+            stopped.__cause__ = exc
+            return _fail(stopped, debug)
         # The DDP wrapper and its pending gloo/nccl work go before the process group does, not during interpreter
         # shutdown, where freeing them can deadlock.
         del trainer

@@ -12,6 +12,7 @@ enables. Without ``torchrun`` the same code runs as one process, every collectiv
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import warnings
@@ -31,13 +32,18 @@ from erl_agents.envs import make_env, tiny_corpus
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
-from erl_agents.metrics import consecutive_bad_steps, merge_rollout_rows, rollout_metrics
+from erl_agents.metrics import consecutive_bad_steps, finite_row, merge_rollout_rows, rollout_metrics
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
-from erl_agents.run_folder import RunLock, RunWriter, check_resume, folder_problem, save_folder
+from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
+from erl_envs.safe_parse import loads_json, read_text_limited
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "INITIAL_MODEL_SPEC"]
+
+# Inside initial_model/: what the tiny model was built from (seed, env, shape), so that it is never reused for
+# another run.
+INITIAL_MODEL_SPEC = "erl_initial_model.json"
 
 
 class Trainer:
@@ -62,6 +68,8 @@ class Trainer:
 
     def _build(self, config: TrainConfig) -> None:
         """Everything the run needs, in order: seeds, the checkpoint to resume, envs, model, optimizer, eval tasks."""
+        if self.writer.enabled and not config.resume:
+            claim_folder(config.output, config.overwrite)  # a folder holds one run: never mix a new one into it
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.device = resolve_device(config.device, self.world.local_rank)
@@ -74,6 +82,8 @@ class Trainer:
         # A resume is checked before anything is built: a refused one costs nothing.
         resume_state = self._latest_state() if config.resume else None
         history = check_resume(config, resume_state) if resume_state is not None else []
+        # The tiny model this run started from: a resumed run keeps its own, whatever changed since.
+        self.initial_model_spec = _plain((resume_state or {}).get("initial_model") or self._initial_model_spec())
         # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
         self.group_size = config.group_size
         pool = (self.task_range[1] - self.task_range[0]) * self.group_size
@@ -178,19 +188,60 @@ class Trainer:
             return load_policy(cfg.model, dtype=cfg.dtype, device=str(self.device))
         # The tiny model is built once, saved in the run directory, and from then on loaded like any HF model
         # (the reference model and resumed runs read it back from there). It is derived from the seed and the
-        # config alone, so a copy that does not match its manifest (a kill or a full disk during its first save)
-        # is rebuilt rather than trusted.
+        # config alone, so a copy that does not match its manifest (a kill or a full disk during its first save),
+        # that was built for another run (another seed or shape), or that does not load is rebuilt rather than
+        # trusted. Its weights are read from safetensors only: a pickle planted in the folder is never opened.
         folder = Path(cfg.output) / "initial_model"
-        problem = None if reference else folder_problem(folder)
-        if problem is not None and (self.writer.enabled or not folder.exists()):
-            if folder.exists():
-                warnings.warn(f"{problem}; rebuilding the initial tiny model from the seed and the config",
-                              RuntimeWarning, stacklevel=2)
-            policy = self._build_tiny_policy()
-            if not self.writer.enabled:
-                return policy
-            save_folder(folder, policy.save)
-        return load_policy(str(folder), dtype="float32", device=str(self.device))
+        problem = None if reference else self._initial_model_problem(folder)
+        if problem is None or not (self.writer.enabled or not folder.exists()):
+            try:
+                return load_policy(str(folder), dtype="float32", device=str(self.device), safetensors_only=True)
+            except (OSError, ValueError) as exc:
+                if reference or not self.writer.enabled:
+                    raise
+                problem = f"{folder} cannot be loaded ({' '.join(str(exc).split())[:200]})"
+        if folder.exists():
+            warnings.warn(f"{problem}; rebuilding the initial tiny model from the seed and the config",
+                          RuntimeWarning, stacklevel=2)
+        now = _plain(self._initial_model_spec())
+        if self.initial_model_spec != now:
+            changed = sorted(k for k in self.initial_model_spec if self.initial_model_spec[k] != now.get(k))
+            raise ValueError(f"{problem}, and it cannot be rebuilt: this resume changed {', '.join(changed)} since "
+                             "the run started; resume once with the run's original values to rebuild it")
+        policy = self._build_tiny_policy()
+        if not self.writer.enabled:
+            return policy
+
+        def save(path: str) -> None:
+            policy.save(path)
+            (Path(path) / INITIAL_MODEL_SPEC).write_text(json.dumps(self.initial_model_spec, indent=1))
+
+        save_folder(folder, save)
+        return load_policy(str(folder), dtype="float32", device=str(self.device), safetensors_only=True)
+
+    def _initial_model_spec(self) -> dict:
+        """What the tiny initial model is a function of: the seed, the env its tokenizer read, and its shape."""
+        cfg = self.config
+        names = ("seed", "env", "env_kwargs", "tiny_hidden", "tiny_layers", "tiny_heads", "tiny_intermediate",
+                 "tiny_vocab", "tiny_grid_tokens")
+        return {**{name: getattr(cfg, name) for name in names}, "max_positions": max(cfg.max_seq_len, 512)}
+
+    def _initial_model_problem(self, folder: Path) -> str | None:
+        """Why ``folder`` is not this run's initial model (damaged, or built for another run), or None."""
+        problem = folder_problem(folder)
+        if problem is not None:
+            return problem
+        try:
+            spec = loads_json(read_text_limited(folder / INITIAL_MODEL_SPEC, 1 << 16, "model spec"))
+        except (OSError, ValueError) as exc:
+            return f"{folder} has no readable {INITIAL_MODEL_SPEC} ({' '.join(str(exc).split())[:120]})"
+        expected = self.initial_model_spec
+        if spec != expected:
+            differ = [k for k in expected if not isinstance(spec, dict) or spec.get(k) != expected[k]]
+            shown = ", ".join(f"{k} {spec.get(k) if isinstance(spec, dict) else None!r} (this run: {expected[k]!r})"
+                              for k in differ)
+            return f"{folder} was built for another run ({shown})"
+        return None
 
     def _build_tiny_policy(self) -> Policy:
         cfg = self.config
@@ -363,6 +414,7 @@ class Trainer:
             env.memory = merged
 
     def _log(self, row: dict) -> None:
+        row = finite_row(row)  # strict JSON: the loss of a step with no update is null, not NaN
         self.metrics.append(row)
         self.writer.append_metrics(row)
 
@@ -399,9 +451,10 @@ class Trainer:
             "rng": ckpt.rng_state(self.rng),
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "metrics": self.metrics,
-            "config": config_to_dict(self.config),
+            "config": _plain(config_to_dict(self.config)),
             "training_seconds": self.metrics[-1].get("time/training", 0.0) if self.metrics else 0.0,
             "elapsed_seconds": self.metrics[-1].get("time/elapsed", 0.0) if self.metrics else 0.0,
+            "initial_model": self.initial_model_spec if self.config.model == "tiny" else None,
         }
         if rank_rng is not None:
             payload["rank_rng"] = rank_rng
@@ -417,10 +470,14 @@ class Trainer:
 
     def _resume(self, state: dict) -> None:
         """Weights, optimizer, schedule, RNGs, metrics (the memory was restored before the wrappers were built)."""
-        if is_lora(self.policy.model):
-            load_adapter_state_dict(self.policy.model, state["model"])
-        else:
-            self.policy.model.load_state_dict(state["model"])
+        try:
+            if is_lora(self.policy.model):
+                load_adapter_state_dict(self.policy.model, state["model"])
+            else:
+                self.policy.model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError, TypeError) as exc:  # torch names every mismatched tensor, over many lines
+            raise ValueError(f"the checkpoint's weights do not fit this run's model "
+                             f"({' '.join(str(exc).split())[:300]})") from exc
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         cfg = self.config
@@ -440,10 +497,15 @@ class Trainer:
         ckpt.set_rng_state(rng, self.rng)
         if len(saved) != self.world.size and self.world.rank:
             torch.manual_seed(self.config.seed + 1_000_003 * self.world.rank)
-        self.metrics = list(state["metrics"])
+        self.metrics = [finite_row(row) for row in state["metrics"]]
         self.step = int(state["step"])
         last = self.metrics[-1] if self.metrics else {}
         # Older checkpoints have no time fields: their last metrics row holds the same numbers.
         self.time_before = {"training": float(state.get("training_seconds", last.get("time/training", 0.0))),
                             "elapsed": float(state.get("elapsed_seconds", last.get("time/elapsed", 0.0)))}
         self.writer.rewrite_metrics(self.metrics)
+
+
+def _plain(value):
+    """``value`` as JSON reads it back (tuples become lists, other objects their ``str``), as config.json holds it."""
+    return json.loads(json.dumps(value, default=str))

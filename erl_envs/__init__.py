@@ -20,7 +20,10 @@ for _env_id, _entry_point in _ENVS.items():
     if _env_id not in registry:
         # No max_episode_steps here: each env counts its own step budget and reports it as truncation, so that
         # the budget is an env option (the paper's 8 steps) rather than a registration constant.
-        register(id=_env_id, entry_point=_entry_point)
+        # No passive env checker: after a first reset that raised (a bad reset option) it keeps a half-set state
+        # and fails every later step with a TypeError; the envs are checked with gymnasium's check_env in the tests
+        # instead (`gym.make(..., disable_env_checker=False)` still adds it).
+        register(id=_env_id, entry_point=_entry_point, disable_env_checker=True)
 
 
 def __getattr__(name):

@@ -4,7 +4,10 @@ checkpoint manifests).
 ``json.loads`` raises ``RecursionError`` on ``[[[[...]]]]`` nested a few thousand deep, turns ``1e400`` into
 ``inf`` (which later breaks ``int()``) and accepts ``NaN``; ``yaml.safe_load`` has the same depth problem. Here each
 of those is refused as a ``json.JSONDecodeError`` (a ``ValueError``) that says what is wrong and where (line and
-column), so the loaders' existing ``except json.JSONDecodeError`` clauses report it against their file.
+column), so the loaders' existing ``except json.JSONDecodeError`` clauses report it against their file. YAML aliases
+are shared when loaded but copied by everything after (a deep copy, a JSON dump): a "billion laughs" file of a few
+hundred bytes expands to millions of values, so ``loads_yaml`` refuses aliases that expand beyond
+``MAX_YAML_VALUES``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "loads_json", "loads_yaml", "read_text_limited", "nesting_depth"]
+__all__ = ["MAX_DEPTH", "MAX_YAML_VALUES", "loads_json", "loads_yaml", "read_text_limited", "nesting_depth",
+           "expanded_size"]
 
 MAX_DEPTH = 100  # containers inside containers; real data files nest a handful deep
+# Values a YAML document may stand for once its aliases are expanded: a 1 MB file without aliases holds at most
+# about half a million, so only alias expansion reaches this.
+MAX_YAML_VALUES = 1_000_000
 
 _BRACKETS = re.compile(r'["\\\[\]{}]')
 
@@ -68,6 +75,25 @@ def nesting_depth(value: Any) -> int:
             if id(child) not in height:
                 stack.append((child, False))
     return height.get(id(value), 0)
+
+
+def expanded_size(value: Any) -> int:
+    """How many values ``value`` holds once every shared container (a YAML alias) is counted at each place it is
+    used: what a deep copy would build. Computed over the shared structure, without building it; the value must
+    not contain itself (``nesting_depth`` finds that first)."""
+    sizes: dict[int, int] = {}
+    stack = [(value, False)]
+    while stack:
+        item, children_done = stack.pop()
+        if not isinstance(item, (list, dict)) or (id(item) in sizes and not children_done):
+            continue
+        children = list(item.values()) if isinstance(item, dict) else item
+        if children_done:
+            sizes[id(item)] = 1 + len(item) + sum(sizes[id(c)] - 1 for c in children if isinstance(c, (list, dict)))
+            continue
+        stack.append((item, True))
+        stack.extend((c, False) for c in children if isinstance(c, (list, dict)) and id(c) not in sizes)
+    return sizes.get(id(value), 1)
 
 
 def _too_deep_at(text: str, max_depth: int) -> int:
@@ -139,6 +165,9 @@ def loads_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> Any:
             from None
     if nesting_depth(value) > max_depth:
         raise ValueError(f"{source}: nested deeper than {max_depth} levels")
+    if expanded_size(value) > MAX_YAML_VALUES:
+        raise ValueError(f"{source}: its aliases expand to more than {MAX_YAML_VALUES:,} values (a YAML 'billion "
+                         f"laughs'); write the values out or use fewer aliases")
     return value
 
 

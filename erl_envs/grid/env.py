@@ -25,6 +25,7 @@ __all__ = [
     "INVALID_ACTION_POLICIES",
     "MAX_STEPS_LIMIT",
     "ACTION_MAX_LENGTH",
+    "check_grid_size",
 ]
 
 # --- Every line a grid env writes about a turn. None names a symbol, so they read the same under any SymbolSet. ---
@@ -57,6 +58,29 @@ MAX_STEPS_LIMIT = 1_000_000
 ACTION_MAX_LENGTH = 4096
 
 _BASE_OPTIONS = frozenset({"max_steps"})
+
+
+def check_grid_size(value: Any, max_shape: tuple[int, int], what: str) -> None:
+    """Refuse a grid given at reset (one string with newlines, a sequence of rows, or an array) with more rows or
+    longer rows than ``max_shape``, before any cell of it is read: a served env takes levels from any client, and
+    checking, searching and solving a level cost more than its size. Anything else is left to the game's parser."""
+    rows, cols = max_shape
+    allowed = f"{rows} per side" if rows == cols else f"{rows} rows of {cols} cells"
+    fix = f"this env takes {what}s up to {allowed} (build it with a larger size to allow bigger ones)"
+    if isinstance(value, str):
+        limit = (rows + 2) * (cols + 2)  # every row ended by a line break, blank lines around
+        if len(value) > limit:
+            raise ValueError(f"the {what} is {len(value):,} characters long, more than fits {rows}x{cols}; {fix}")
+        return
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) == 2 and (shape[0] > rows or shape[1] > cols):
+        raise ValueError(f"the {what} is {shape[0]}x{shape[1]}; {fix}")
+    if isinstance(value, (list, tuple)) or shape is not None:
+        if len(value) > rows:
+            raise ValueError(f"the {what} has {len(value):,} rows; {fix}")
+        for i, row in enumerate(value):
+            if isinstance(row, (str, bytes)) and len(row) > cols:
+                raise ValueError(f"row {i} of the {what} has {len(row):,} cells; {fix}")
 
 
 def _is_moved_notice(notice: str | None, lines: Mapping[str, str | None]) -> bool:

@@ -11,7 +11,7 @@ import numpy as np
 
 from erl_envs.grid import draws
 from erl_envs.grid.actions import ACTION_NAMES, MOVES, GridAction
-from erl_envs.grid.env import GridTextEnv, MoveOutcome
+from erl_envs.grid.env import GridTextEnv, MoveOutcome, check_grid_size
 from erl_envs.grid.text import FROZEN_LAKE_SYMBOLS, SymbolSet
 
 __all__ = [
@@ -80,7 +80,8 @@ def validate_map(rows: str | Sequence[str]) -> list[str]:
     n = len(rows)
     for i, row in enumerate(rows):
         if len(row) != n:
-            raise MapError(f"the map must be square ({n} rows of {n} cells), but row {i} has {len(row)} cells: {row!r}")
+            raise MapError(f"the map must be square ({n} rows of {n} cells), but row {i} has {len(row)} cells: "
+                           f"{row[:40]!r}{'...' if len(row) > 40 else ''}")
     counts = {"S": [], "G": []}
     for i, row in enumerate(rows):
         for j, ch in enumerate(row):
@@ -609,6 +610,7 @@ class FrozenLakeTextEnv(GridTextEnv):
             clash = sorted({"size", "p"} & set(options))
             if clash:
                 raise ValueError(f"the reset option 'map' gives the whole level; do not combine it with {clash}")
+            check_grid_size(options["map"], self.max_grid_shape, "map")
             flat, n, start, goal, shortest = _prepared_map(options["map"])
             if n > self.max_grid_shape[0]:
                 raise ValueError(

@@ -11,20 +11,24 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from erl_envs.grid import draws
 from erl_envs.grid.actions import ACTION_NAMES, GridAction
-from erl_envs.grid.env import GridTextEnv, MoveOutcome
-from erl_envs.grid.sokoban_generator import PAPER_SIZES, check_generation_settings, open_room_moves, sample_level
+from erl_envs.grid.env import GridTextEnv, MoveOutcome, check_grid_size
+from erl_envs.grid.sokoban_generator import (PAPER_SIZES, GenerationError, check_generation_settings, open_room_moves,
+                                             sample_level)
 from erl_envs.grid.sokoban_levels import (PUSHED, SokobanLevel, apply_move, check_playable, corner_cells, load_levels,
                                           parse_level)
 from erl_envs.grid.sokoban_solver import solution_stats
 from erl_envs.grid.text import SOKOBAN_SYMBOLS, SymbolSet
 from erl_envs.paper_tasks import sokoban_test_layouts
 
-__all__ = ["SokobanTextEnv", "MAX_LEVEL_SIDE", "GENERATOR_OPTIONS", "sokoban_test_keys"]
+__all__ = ["SokobanTextEnv", "MAX_LEVEL_SIDE", "GENERATOR_OPTIONS", "OPTION_LIMITS", "sokoban_test_keys"]
 
 # Levels given at reset may be this big even when the env itself plays smaller ones: the observation space is
 # sized for max(this, the largest level of the collection or of the generator's size).
 MAX_LEVEL_SIDE = 20
 GENERATOR_OPTIONS = ("size", "num_boxes", "interior_walls", "min_moves", "max_moves")
+# Generator settings that reset options ask for are bounded (a served env takes options from any client): more boxes
+# or longer solutions than these cost minutes to generate. The settings an env is built with are not limited.
+OPTION_LIMITS = {"num_boxes": 8, "max_moves": 200}
 # Optimal lengths of levels from a collection or a reset option are remembered up to this many levels.
 _OPTIMAL_CACHE_SIZE = 100_000
 # What a move did, by direction: built once, since it depends on nothing else.
@@ -214,6 +218,7 @@ class SokobanTextEnv(GridTextEnv):
         min_moves: int = 1,
         max_moves: int | None = None,
         solver_max_states: int = 200_000,
+        option_solver_states: int = 20_000,
         invalid_action: str = "noop",
         max_actions_per_turn: int = 1,
         reveal_rules: bool = False,
@@ -231,9 +236,11 @@ class SokobanTextEnv(GridTextEnv):
         # max_moves=None follows the episode's step budget, so a generated level is always solvable within it.
         budget = max_steps if max_moves is None else max_moves
         check_generation_settings(**{**self.generator_settings, "max_moves": budget})
-        if isinstance(solver_max_states, bool) or not isinstance(solver_max_states, int) or solver_max_states < 1:
-            raise ValueError(f"solver_max_states must be a positive int, got {solver_max_states!r}")
+        for name, value in (("solver_max_states", solver_max_states), ("option_solver_states", option_solver_states)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.solver_max_states = solver_max_states
+        self.option_solver_states = option_solver_states
 
         rows = cols = MAX_LEVEL_SIDE
         for level in self.levels or ():
@@ -321,12 +328,14 @@ class SokobanTextEnv(GridTextEnv):
         generator_keys = sorted(set(GENERATOR_OPTIONS) & set(options))
         room = key = None
         index = None
-        optimal = None  # known up front only for generated levels
+        optimal, solved = None, False  # known up front for generated levels and levels given at reset
         if "level" in options:
             clash = sorted({"level_index", *generator_keys} & set(options))
             if clash:
                 raise ValueError(f"the reset option 'level' gives the whole level; do not combine it with {clash}")
+            check_grid_size(options["level"], self.max_grid_shape, "level")
             level = _coerce_level(options["level"], "reset option 'level'")
+            optimal, solved = self._solve(level, self.option_solver_states), True
         elif self.levels is not None:
             if generator_keys:
                 raise ValueError(
@@ -344,6 +353,10 @@ class SokobanTextEnv(GridTextEnv):
             settings = {**self.generator_settings, **{key: options[key] for key in generator_keys}}
             if settings["max_moves"] is None:
                 settings["max_moves"] = self.episode_max_steps
+            # Work that reset options ask for is bounded; the env's own settings are not limited.
+            from_options = bool(generator_keys) or self.episode_max_steps != self.max_steps
+            if from_options:
+                self._check_option_limits(settings, generator_keys)
             if generator_keys:  # the constructor's own settings were checked when the env was built
                 check_generation_settings(**settings)
                 rows, cols = self._size_bound(settings["size"])
@@ -352,8 +365,17 @@ class SokobanTextEnv(GridTextEnv):
                         f"size {settings['size']!r} is bigger than this env's largest level {self.max_grid_shape}; "
                         f"build the env with size={settings['size']!r} to allow it"
                     )
+            budget = self.option_solver_states if from_options else None
             for _ in range(_EXCLUDED_REDRAWS):
-                level, optimal = sample_level(self.np_random, max_states=self.solver_max_states, **settings)
+                try:
+                    level, optimal = sample_level(self.np_random, max_states=self.solver_max_states,
+                                                  max_total_states=budget, **settings)
+                    solved = True
+                except GenerationError as err:
+                    if budget is None:
+                        raise
+                    raise ValueError(f"these reset options ask for more generation work than this env allows a "
+                                     f"reset: {err}") from None
                 if not self._exclude:
                     break
                 room = self._empty_room(level)
@@ -368,7 +390,7 @@ class SokobanTextEnv(GridTextEnv):
 
         self._level = level
         self._level_index = index
-        self._level_optimal = self._solve(level) if optimal is None else optimal
+        self._level_optimal = optimal if solved else self._solve(level)
         self._player = level.player
         self._boxes = level.boxes
         if room is None or key is None:  # not already built by the exclusion check
@@ -378,6 +400,18 @@ class SokobanTextEnv(GridTextEnv):
         self._line_width = level.width * self._cell_width + 1
         self._level_key = key
         self._goals = tuple(sorted(level.targets))
+
+    def _check_option_limits(self, settings: dict, generator_keys: list[str]) -> None:
+        """Refuse generator settings from reset options beyond ``OPTION_LIMITS``: boxes asked for, and solution
+        lengths asked for or implied by a ``max_steps`` option when levels are made by reverse play (several boxes),
+        whose walks grow with them."""
+        implied = "max_moves" not in generator_keys and self.generator_settings["max_moves"] is None
+        for name, limit in OPTION_LIMITS.items():
+            value = settings[name]
+            asked = name in generator_keys or (name == "max_moves" and implied and settings["num_boxes"] != 1)
+            if asked and isinstance(value, int) and not isinstance(value, bool) and value > limit:
+                raise ValueError(f"a reset may ask for {name} at most {limit}, got {value}; build the env with "
+                                 f"these settings to generate such levels")
 
     def _empty_room(self, level: SokobanLevel) -> _EmptyRoom:
         key = (level.height, level.width, level.walls, level.floor, level.targets)
@@ -419,15 +453,18 @@ class SokobanTextEnv(GridTextEnv):
             raise ValueError(f"level_index {index} is out of range: the collection has {len(self.levels)} levels")
         return index
 
-    def _solve(self, level: SokobanLevel) -> int | None:
-        key = level.key
+    def _solve(self, level: SokobanLevel, max_states: int | None = None) -> int | None:
+        """The fewest moves of ``level`` (None: unsolvable, or not settled within ``max_states``, by default the
+        env's ``solver_max_states``)."""
+        max_states = self.solver_max_states if max_states is None else min(max_states, self.solver_max_states)
+        key = (level.key, max_states)
         if key not in self._optimal_cache:
             if len(self._optimal_cache) >= _OPTIMAL_CACHE_SIZE:
                 self._optimal_cache.clear()
             # The paper's layouts (one box, open room) are looked up in the generator's table instead of searched.
             moves = open_room_moves(level)
             if moves == -1:
-                moves = solution_stats(level, max_states=self.solver_max_states).moves
+                moves = solution_stats(level, max_states=max_states).moves
             self._optimal_cache[key] = moves
         return self._optimal_cache[key]
 

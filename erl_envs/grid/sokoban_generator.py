@@ -350,6 +350,7 @@ def generate_level(
     placement: str = "auto",
     max_tries: int = 1000,
     max_states: int = 200_000,
+    max_total_states: int | None = None,
 ) -> tuple[SokobanLevel, list[GridAction]]:
     """A random level whose fewest-moves solution has between ``min_moves`` and ``max_moves`` moves, and that solution.
 
@@ -368,10 +369,12 @@ def generate_level(
             ``"auto"`` picks uniform for one box and reverse otherwise.
         max_tries: candidates to try before raising ``GenerationError``.
         max_states: solver budget per candidate; a candidate the solver cannot settle within it is rejected.
+        max_total_states: solver budget of the whole call (None: no limit besides ``max_tries`` x ``max_states``);
+            once spent, generation gives up with ``GenerationError``. It bounds the work of a request.
     """
     level, _, actions = _generate(
         rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
-        max_states,
+        max_states, max_total_states,
     )
     if actions is None:
         # The level was looked up, not searched: search it now, exactly as the candidate loop would have.
@@ -391,6 +394,7 @@ def sample_level(
     placement: str = "auto",
     max_tries: int = 1000,
     max_states: int = 200_000,
+    max_total_states: int | None = None,
 ) -> tuple[SokobanLevel, int]:
     """The level ``generate_level`` returns for the same arguments and ``rng`` state, and its fewest number of moves.
 
@@ -399,14 +403,14 @@ def sample_level(
     """
     level, moves, _ = _generate(
         rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
-        max_states,
+        max_states, max_total_states,
     )
     return level, moves
 
 
 def _generate(
     rng, size, num_boxes, interior_walls, min_moves, max_moves, min_pushes, max_pushes, placement, max_tries,
-    max_states,
+    max_states, max_total_states=None,
 ) -> tuple[SokobanLevel, int, tuple[GridAction, ...] | None]:
     """The candidate loop: (level, fewest moves, a fewest-moves solution or ``None`` if the moves were looked up)."""
     if isinstance(rng, (int, np.integer)):
@@ -440,7 +444,11 @@ def _generate(
     ):
         table = _open_room_moves(height - 2, width - 2)
     tally = _Tally()
+    spent, tried = 0, max_tries  # solver states, against max_total_states; candidates tried
     for attempt in range(max_tries):
+        if max_total_states is not None and spent >= max_total_states:
+            tried = attempt
+            break
         if attempt % _CANDIDATES_PER_ROOM == 0:
             walls, floor = _room(rng, height, width, interior_walls)
         if table is not None:
@@ -462,7 +470,9 @@ def _generate(
         else:
             walk = int(rng.integers(min_moves, 3 * max_moves + 1))
             level = _reverse_candidate(rng, height, width, walls, floor, num_boxes, walk)
-        result = solution_stats(level, max_states=max_states, max_moves=max_moves)
+        budget = max_states if max_total_states is None else min(max_states, max_total_states - spent)
+        result = solution_stats(level, max_states=budget, max_moves=max_moves)
+        spent += result.states
         if result.status == "budget":
             tally.over_budget += 1
         elif result.actions is None:
@@ -475,10 +485,11 @@ def _generate(
             tally.pushes_out_of_band += 1
         else:
             return level, result.moves, result.actions
+    tries = f"{max_tries} tries" if tried == max_tries else f"{tried} tries, when its {spent:,} solver states ran out"
     raise GenerationError(
         f"no level with {min_moves}..{max_moves} optimal moves"
         + (f" and {min_pushes}..{max_pushes} pushes" if min_pushes is not None or max_pushes is not None else "")
-        + f" in {max_tries} tries (size={size}, num_boxes={num_boxes}, interior_walls={interior_walls}, "
+        + f" in {tries} (size={size}, num_boxes={num_boxes}, interior_walls={interior_walls}, "
         f"placement={placement}); rejected: {tally}. Widen the band, raise max_tries or max_states, or use a "
         f"bigger room."
     )

@@ -40,6 +40,7 @@ __all__ = [
     "corner_cells",
     "is_deadlocked",
     "UNREACHABLE",
+    "LARGEST_LEVEL_SIDE",
     "apply_move",
     "replay",
     "MOVED",
@@ -55,6 +56,10 @@ XSB_LEGEND = "# wall, @ player, + player on a goal, $ box, * box on a goal, . go
 _FLOOR_CHARS = frozenset(" -_")
 _KNOWN_CHARS = frozenset("#@+$*.") | _FLOOR_CHARS
 _TEXT_SUFFIXES = (".txt", ".xsb", ".sok")
+# No level is bigger than this per side (the largest classic levels are about 20 x 50): checking, drawing and
+# solving a level cost more than its size, so a file holding a 3000 x 3000 "level" is refused before it is read.
+LARGEST_LEVEL_SIDE = 100
+_MAX_RECORD_CHARS = 1 << 20  # a .jsonl line: a level of that size with its name, many times over
 # The push distance of a cell from which no goal can be reached.
 UNREACHABLE = 1 << 30
 
@@ -242,6 +247,12 @@ def _split_rows(level: str | Sequence[str]) -> list[str]:
     return [row.rstrip("\r\n") for row in rows]
 
 
+def _check_level_size(rows: Sequence[str]) -> None:
+    height, width = len(rows), max((len(row) for row in rows), default=0)
+    if height > LARGEST_LEVEL_SIDE or width > LARGEST_LEVEL_SIDE:
+        raise LevelError(f"the level is {height}x{width}; levels may be at most {LARGEST_LEVEL_SIDE} per side")
+
+
 def parse_level(level: str | Sequence[str], name: str = "") -> SokobanLevel:
     """Parse an XSB level (one string with newlines, or a sequence of row strings) into a ``SokobanLevel``.
 
@@ -252,6 +263,7 @@ def parse_level(level: str | Sequence[str], name: str = "") -> SokobanLevel:
     rows = _split_rows(level)
     if not rows:
         raise LevelError("the level is empty")
+    _check_level_size(rows)
     width = max(len(row) for row in rows)
     walls, boxes, targets, players = set(), set(), set(), []
     for r, row in enumerate(rows):
@@ -391,6 +403,8 @@ def _jsonl_records(path: Path) -> list[tuple[str, list[str], str, int]]:
         if not line.strip():
             continue
         where = f"line {lineno}"
+        if len(line) > _MAX_RECORD_CHARS:  # no level of LARGEST_LEVEL_SIDE needs it; parsing it would cost gigabytes
+            raise LevelError(f"{path}: {where}: longer than {_MAX_RECORD_CHARS:,} characters")
         try:
             record = loads_json(line)
         except json.JSONDecodeError as err:
@@ -508,6 +522,7 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     levels = []
     for where, rows, name, first_line in records:
         try:
+            _check_level_size(rows)
             level = check_playable(parse_level(rows, name=name))
         except LevelError as err:
             at = f", file line {first_line + err.row}" if first_line and err.row is not None else ""

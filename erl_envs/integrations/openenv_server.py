@@ -13,35 +13,48 @@ Two ways in, on one FastAPI app:
   ``POST /sessions/{id}/reset``, ``POST /sessions/{id}/step``, ``GET /sessions/{id}/state``,
   ``DELETE /sessions/{id}``, ``GET /sessions`` (counts) and ``GET /info`` (the env's prompt and spaces).
 
-Each session owns its own env, made by ``gymnasium.make``, so sessions never share state; a per-session lock
-serialises the calls of one session while different sessions run in parallel. Results use OpenEnv's shape
-``{observation: {text, terminated, truncated, info}, reward, done}``; ``info`` is the env's info made JSON-safe.
+Each session owns its own env, made by ``gymnasium.make`` at its first reset, so sessions never share state. A
+session runs one call at a time: a call that arrives while the session is busy is refused at once (409), never
+queued, so one slow session holds at most one worker thread and never delays the others; ``/health``, ``/info`` and
+``/sessions`` run on the event loop and need no worker at all. Results use OpenEnv's shape
+``{observation: {text, terminated, truncated, info}, reward, done}``; ``info`` is the env's info made JSON-safe and
+every text is valid UTF-8 (lone surrogates from a model's reply are replaced).
 
-Errors are 4xx JSON ``{"error": "..."}`` lines that name the problem, never a 500: unknown or expired session
-(404), step before reset or after the episode ended (409), malformed body or action (422), bad reset options (400),
-too many sessions (503). Sessions idle for longer than ``--session-ttl`` seconds are closed by a sweeper thread
-(OpenEnv's reaper does the same for WebSocket sessions). SIGTERM stops the server cleanly: uvicorn finishes the
-requests in flight, then every env is closed.
+Bounds (docs/guarantees.md lists them with their defaults): bodies over ``--max-body-bytes`` (413) or slower than
+``--request-timeout`` (408), connections that send no complete request within ``--request-timeout``, reset options
+nested deeper than ``MAX_OPTION_DEPTH``, sessions beyond ``--max-sessions`` (503, exact under concurrent creation),
+and cross-site browser requests (403, ``http_limits``); what one reset may cost is bounded by the envs themselves
+(map and level sizes checked before any work, a solver budget for what reset options ask). Errors are JSON
+``{"error": "..."}`` lines that name the problem: unknown route or expired session (404), method not allowed (405),
+step before reset or after the episode ended, or a busy session (409), malformed body or action (422), bad reset
+options (400), too many sessions (503); a 500 is a bug and keeps the connection open. Sessions idle for longer than
+``--session-ttl`` seconds are closed by a sweeper thread (OpenEnv's reaper does the same for WebSocket sessions).
+SIGTERM stops the server cleanly: uvicorn finishes the requests in flight (at most ``SHUTDOWN_TIMEOUT_S``), then
+every env is closed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import gymnasium as gym
 
 import erl_envs  # noqa: F401  (registers the ERL-* ids)
 from erl_envs import protocol
-from erl_envs.reflection import ReflectionWrapper, to_jsonable
+from erl_envs.integrations.http_limits import RequestLimits, timed_protocol
 from erl_envs.integrations.openenv_env import ERLState, describe, mcp_server_for
 from erl_envs.integrations.remote import space_to_json
+from erl_envs.protocol import utf8_safe
+from erl_envs.reflection import ReflectionWrapper, to_jsonable
+from erl_envs.safe_parse import nesting_depth
 
 try:
     from fastapi import Body, FastAPI, Request
@@ -51,12 +64,19 @@ try:
     from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation
     from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve needs openenv-core and uvicorn: pip install 'erl-gym[serve]' ({error})") from None
 
-__all__ = ["ERLAction", "ERLObservation", "ServedEnv", "SessionStore", "EpisodeStateError", "build_app", "main"]
+__all__ = ["ERLAction", "ERLObservation", "ServedEnv", "SessionStore", "EpisodeStateError", "ResetRefusedError",
+           "build_app", "server_config", "main", "MAX_OPTION_DEPTH", "SHUTDOWN_TIMEOUT_S"]
 
 log = logging.getLogger("erl-serve")
+
+# Reset options are small flat dicts (a map is a list of rows): deeper nesting is refused before the env sees it.
+MAX_OPTION_DEPTH = 8
+# SIGTERM waits this long at most for the requests in flight.
+SHUTDOWN_TIMEOUT_S = 30
 
 
 class ERLAction(Action):
@@ -76,6 +96,10 @@ class ERLObservation(Observation):
 
 class EpisodeStateError(RuntimeError):
     """A step that the episode's state does not allow (before the first reset, after the end)."""
+
+
+class ResetRefusedError(ValueError):
+    """Reset options the env refused (unknown, malformed, too big): the client's to fix, answered with 400."""
 
 
 def make_env_factory(env_id: str, reflection: bool = False, env_kwargs: dict | None = None) -> Callable[[], gym.Env]:
@@ -103,24 +127,32 @@ class ServedEnv(Environment):
     def __init__(self, make: Callable[[], gym.Env], env_id: str = "", reflection: bool = False):
         super().__init__()
         self._make = make
-        self.env = make()
+        self._env: gym.Env | None = None  # made at the first reset, in a worker thread, not on the event loop
         self.env_id, self.reflection = env_id, reflection
         self.done: bool | None = None  # None until the first reset
         self._state = ERLState(episode_id=None, step_count=0, env_id=env_id)
         self._mcp_server = None
 
+    @property
+    def env(self) -> gym.Env:
+        if self._env is None:
+            self._env = self._make()
+        return self._env
+
     def reset(self, seed: int | None = None, episode_id: str | None = None, options: dict | None = None,
               **_: Any) -> ERLObservation:
+        self.done = None  # a refused reset ends the previous episode: the session must be reset again
+        if options is not None and not isinstance(options, dict):
+            raise ResetRefusedError(f"reset options must be an object, got {type(options).__name__}")
+        if options is not None and nesting_depth(options) > MAX_OPTION_DEPTH:
+            raise ResetRefusedError(f"reset options nested deeper than {MAX_OPTION_DEPTH} levels are refused")
         try:
             obs, info = self.env.reset(seed=seed, options=options)
-        except Exception:
-            # A reset that raised (bad options) can leave an env half-reset (Gymnasium's checker wrapper then fails
-            # on the next step), so the session gets a fresh env and must be reset again.
-            self.env.close()
-            self.env, self.done = self._make(), None
-            raise
+        except (ValueError, TypeError, KeyError) as error:
+            raise ResetRefusedError(f"reset refused by the env: {' '.join(str(error).split())[:2000]}") from None
         self.done = False
         info = to_jsonable(info)
+        obs = utf8_safe(obs)
         self._state = ERLState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, env_id=self.env_id,
                                done=False, observation=obs, info=info)
         return ERLObservation(text=obs, reward=0.0, info=info)
@@ -133,6 +165,7 @@ class ServedEnv(Environment):
         obs, reward, terminated, truncated, info = self.env.step(action.text)
         self.done = bool(terminated or truncated)
         info = to_jsonable(info)
+        obs = utf8_safe(obs)
         state = self._state
         state.step_count += 1
         state.done, state.observation, state.info = self.done, obs, info
@@ -155,7 +188,8 @@ class ServedEnv(Environment):
         return self._mcp_server
 
     def close(self) -> None:
-        self.env.close()
+        if self._env is not None:
+            self._env.close()
 
 
 class _Session:
@@ -171,6 +205,7 @@ class SessionStore:
     def __init__(self, make_served: Callable[[], ServedEnv], ttl_s: float, max_sessions: int):
         self.make_served, self.ttl_s, self.max_sessions = make_served, ttl_s, max_sessions
         self._sessions: dict[str, _Session] = {}
+        self._reserved = 0  # sessions being created: they count against max_sessions already
         self._lock = threading.Lock()
         self.expired = 0
         self._stop = threading.Event()
@@ -180,13 +215,18 @@ class SessionStore:
         return len(self._sessions)
 
     def create(self) -> str:
-        with self._lock:
-            if len(self._sessions) >= self.max_sessions:
+        with self._lock:  # the slot is taken here, so concurrent creations never pass the limit together
+            if len(self._sessions) + self._reserved >= self.max_sessions:
                 raise _HTTPError(503, f"too many sessions: the server holds at most {self.max_sessions}")
-        session_id = uuid.uuid4().hex
-        session = _Session(self.make_served())  # outside the lock: making an env may take a while
-        with self._lock:
-            self._sessions[session_id] = session
+            self._reserved += 1
+        try:
+            session_id = uuid.uuid4().hex
+            session = _Session(self.make_served())  # outside the lock: it may take a while
+            with self._lock:
+                self._sessions[session_id] = session
+        finally:
+            with self._lock:
+                self._reserved -= 1
         return session_id
 
     def get(self, session_id: str) -> _Session:
@@ -194,9 +234,22 @@ class SessionStore:
             session = self._sessions.get(session_id)
         if session is None:
             raise _HTTPError(404, f"unknown session {session_id!r} (never created, closed, or expired after "
-                                  f"{self.ttl_s:g} s idle)")
+                                  f"{self.ttl_s:g} s idle; the server may also have restarted): create a new one")
         session.last_used = time.monotonic()
         return session
+
+    @contextlib.contextmanager
+    def running(self, session_id: str) -> Iterator[_Session]:
+        """The session, held for one call; a call on a session that is busy with another is refused (409)."""
+        session = self.get(session_id)
+        if not session.lock.acquire(blocking=False):
+            raise _HTTPError(409, f"session {session_id!r} is busy with another call: a session runs one call at a "
+                                  "time, so wait for the answer before sending the next")
+        try:
+            yield session
+        finally:
+            session.last_used = time.monotonic()
+            session.lock.release()
 
     def close(self, session_id: str) -> None:
         with self._lock:
@@ -269,9 +322,11 @@ def _validation_message(errors: list) -> str:
 
 
 def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = None, session_ttl_s: float = 600.0,
-              max_sessions: int = 256, web: bool = False) -> FastAPI:
-    """The FastAPI app serving ``env_id``: OpenEnv's routes plus the HTTP session routes (module docstring), and
-    with ``web`` the browser interface at ``/web`` (``erl_envs.integrations.openenv_web``)."""
+              max_sessions: int = 256, max_body_bytes: int = 1 << 20, request_timeout_s: float = 10.0,
+              allowed_origins: tuple[str, ...] = (), web: bool = False) -> FastAPI:
+    """The FastAPI app serving ``env_id``: OpenEnv's routes plus the HTTP session routes (module docstring), inside
+    ``http_limits.RequestLimits`` (body size and time, origin, errors as JSON), and with ``web`` the browser
+    interface at ``/web`` (``erl_envs.integrations.openenv_web``)."""
     if session_ttl_s <= 0:
         raise ValueError(f"session_ttl_s must be > 0, got {session_ttl_s}")
     if max_sessions < 1:
@@ -284,13 +339,15 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
         "instructions": protocol.instructions_of(probe), "prompt_style": protocol.prompt_style_of(probe),
         "observation_space": space_to_json(probe.observation_space),
         "action_space": space_to_json(probe.action_space),
-        "session_ttl_s": session_ttl_s, "max_sessions": max_sessions,
+        "session_ttl_s": session_ttl_s, "max_sessions": max_sessions, "max_body_bytes": max_body_bytes,
     }
     probe.close()
 
     app = create_fastapi_app(make_served, ERLAction, ERLObservation,
                              concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
                                                                   session_timeout=session_ttl_s))
+    app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes, body_timeout_s=request_timeout_s,
+                       allowed_origins=allowed_origins)
     store = SessionStore(make_served, session_ttl_s, max_sessions)
     app.state.sessions = store
 
@@ -302,23 +359,32 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     async def _episode_state_error(_: Request, error: EpisodeStateError):
         return JSONResponse({"error": str(error)}, status_code=409)
 
+    @app.exception_handler(ResetRefusedError)
+    async def _reset_refused(_: Request, error: ResetRefusedError):
+        return JSONResponse({"error": f"{env_id}: {error}"}, status_code=400)
+
     @app.exception_handler(RequestValidationError)
     async def _malformed(_: Request, error: RequestValidationError):
         errors = to_jsonable(list(error.errors()))
         return JSONResponse({"error": _validation_message(errors), "detail": errors}, status_code=422)
 
-    @app.exception_handler(Exception)
-    async def _bug(_: Request, error: Exception):
-        # Only a bug gets here (every refusal above is a 4xx); still answer in JSON, naming the error.
-        log.exception("erl-serve: internal error")
-        return JSONResponse({"error": f"internal error: {type(error).__name__}: {error}"}, status_code=500)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_exception(request: Request, error: StarletteHTTPException):
+        # Routing's own answers (404, 405, a body that is not JSON at all) in the same shape as ours.
+        words = {404: f"no route {request.method} {request.url.path} (see /docs for the routes)",
+                 405: f"{request.method} is not allowed on {request.url.path}"}
+        detail = error.detail if isinstance(error.detail, str) else to_jsonable(error.detail)
+        message = words.get(error.status_code, detail if isinstance(detail, str) else f"HTTP {error.status_code}")
+        return JSONResponse({"error": message, "detail": detail}, status_code=error.status_code,
+                            headers=getattr(error, "headers", None))
 
+    # Answered on the event loop: they need no worker thread, so a server busy with slow envs still answers them.
     @app.get("/info")
-    def get_info() -> dict:
+    async def get_info() -> dict:
         return info
 
     @app.get("/sessions")
-    def count_sessions() -> dict:
+    async def count_sessions() -> dict:
         return {"active": len(store), "expired": store.expired, "max_sessions": max_sessions,
                 "session_ttl_s": session_ttl_s}
 
@@ -328,22 +394,16 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
 
     @app.post("/sessions/{session_id}/reset")
     def reset_session(session_id: str, body: _ResetBody = Body(default_factory=_ResetBody)) -> JSONResponse:
-        session = store.get(session_id)
-        with session.lock:
-            try:
-                observation = session.env.reset(seed=body.seed, options=body.options)
-            except (ValueError, TypeError, KeyError) as error:
-                raise _HTTPError(400, f"reset refused by {env_id}: {error}") from None
-        return _result(observation)
+        with store.running(session_id) as session:
+            return _result(session.env.reset(seed=body.seed, options=body.options))
 
     @app.post("/sessions/{session_id}/step")
     def step_session(session_id: str, body: _StepBody) -> JSONResponse:
-        session = store.get(session_id)
-        with session.lock:
+        with store.running(session_id) as session:
             return _result(session.env.step(body.action))
 
     @app.get("/sessions/{session_id}/state")
-    def session_state(session_id: str) -> dict:
+    async def session_state(session_id: str) -> dict:
         session = store.get(session_id)
         return {**session.env.state.model_dump(), "done": session.env.done}
 
@@ -367,9 +427,20 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     return app
 
 
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, request_timeout_s: float = 10.0,
+                  max_body_bytes: int = 1 << 20, log_level: str = "info"):
+    """The uvicorn configuration erl-serve runs ``app`` with: headers and bodies within ``request_timeout_s``,
+    WebSocket messages within ``max_body_bytes``, SIGTERM waiting at most ``SHUTDOWN_TIMEOUT_S`` for requests."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                          http=timed_protocol(request_timeout_s), ws_max_size=max_body_bytes,
+                          timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S)
+
+
 def _parse_kwargs(pairs: list[str]) -> dict:
     """``--env-kwarg key=value`` pairs; values are read as JSON when they parse (numbers, booleans), else text."""
-    import json
+    from erl_envs.safe_parse import loads_json
 
     kwargs = {}
     for pair in pairs:
@@ -377,7 +448,7 @@ def _parse_kwargs(pairs: list[str]) -> dict:
         if not sep or not key:
             raise SystemExit(f"--env-kwarg expects key=value, got {pair!r}")
         try:
-            kwargs[key] = json.loads(value)
+            kwargs[key] = loads_json(value)
         except ValueError:
             kwargs[key] = value
     return kwargs
@@ -393,6 +464,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--session-ttl", type=float, default=600.0, help="close sessions idle this many seconds")
     parser.add_argument("--max-sessions", type=int, default=256)
+    parser.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                        help="largest request body (and WebSocket message) accepted, in bytes")
+    parser.add_argument("--request-timeout", type=float, default=10.0,
+                        help="seconds a connection has to send a request's headers, and then its body")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a web page origin (e.g. https://my-ui.example) allowed to call this server from a "
+                             "browser (repeatable; '*' allows every site); pages this server serves are allowed")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.add_argument("--web", action="store_true",
                         help="serve a browser interface at /web (also ENABLE_WEB_INTERFACE=true, OpenEnv's switch)")
@@ -404,14 +482,15 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     try:
         app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg), args.session_ttl, args.max_sessions,
-                        web=web)
+                        args.max_body_bytes, args.request_timeout, tuple(args.allow_origin), web=web)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"erl-serve: {error}") from None
     log.info("erl-serve: %s%s on http://%s:%d%s", args.env, " (reflection)" if args.reflection else "", args.host,
              args.port, " (web interface at /web)" if web else "")
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the shutdown hook
     # above closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.Server(server_config(app, args.host, args.port, args.request_timeout, args.max_body_bytes,
+                                 args.log_level)).run()
 
 
 if __name__ == "__main__":

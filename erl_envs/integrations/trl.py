@@ -253,7 +253,7 @@ class _QATools:
         Returns:
             Whether the answer was right.
         """
-        return self._play(f"\\boxed{{{text}}}", "attempt")
+        return self._play(answer_reply(text), "attempt")
 
 
 class _GenericTools:
@@ -283,6 +283,22 @@ class _ReflectTools:
 
 
 _TOOLS_BY_STYLE = {"grid": _GridTools, "qa": _QATools, "generic": _GenericTools}
+
+# Characters that could make an answer read as a tool call (<search>, <tool_call>, a {"name": ...} object, which
+# the box's own brace could open) or close its box early. All are ASCII punctuation, which answer scoring removes
+# anyway, so dropping them never changes a reward.
+_CALL_SYNTAX = str.maketrans("", "", '<>{}"\\')
+
+
+def answer_reply(text: str) -> str:
+    """The reply that gives ``text`` as the final answer and nothing else (see ``_CALL_SYNTAX``)."""
+    from erl_envs.qa.tools import parse_qa_calls
+
+    reply = f"\\boxed{{{str(text).translate(_CALL_SYNTAX)}}}"
+    calls = parse_qa_calls(reply)
+    if len(calls) != 1 or calls[0].kind != "answer":  # cannot happen with the characters above removed
+        raise ValueError("this answer cannot be given: it reads as a tool call")
+    return reply
 
 
 def _class_name(env_id: str, reflection: bool) -> str:

@@ -1,6 +1,7 @@
 """Multi-hop question answering: the HotpotQA env, its data, the search tool protocol, answer scoring, BM25.
 
-Data flows one way: ``data`` (questions and passages from files, ``datasets`` or the synthetic generator),
+Data flows one way: ``data`` (questions and passages, ``records``, from files, ``datasets`` or the ``synthetic``
+generator),
 ``search`` (the BM25 index), ``scoring`` (reading the final answer, EM/F1 and the paper's reward), ``tools`` (reading
 a reply as search calls or an answer) and ``prompts`` feed ``hotpotqa`` (``HotpotQAEnv``).
 """

@@ -5,19 +5,28 @@ objects with ``context`` as ``[title, sentences]`` pairs), ``.jsonl`` or ``.parq
 ``hotpot_qa`` layout, or question + answer only, like the paper's evaluation split); a ``datasets`` spec
 ``"hf:<path>[:<config>[:<split>]]"`` passed to ``datasets.load_dataset``; a ``datasets.Dataset``; or a list of dicts.
 Corpus sources (``load_corpus``): a ``.jsonl``/``.json``/``.parquet`` file or a list of dicts with ``title`` and
-``text`` (or a ``contents`` field whose first line is the title, as in common Wikipedia passage dumps).
+``text`` (or a ``contents`` field whose first line is the title, as in common Wikipedia passage dumps). The records
+themselves (``Passage``, ``Question``) live in ``erl_envs.qa.records``, the generator in ``erl_envs.qa.synthetic``;
+both are re-exported here.
 
 Every problem with the data raises ``DataError`` (a ValueError) or FileNotFoundError naming the file and the fix.
+Files may start with a UTF-8 byte-order mark; a ``.jsonl`` line longer than ``MAX_RECORD_BYTES`` is refused without
+being read whole; text is scrubbed of lone surrogates (``"\ud800"`` escapes), so questions and passages are UTF-8;
+supporting facts that do not match their question's own paragraphs are named in one warning at load.
 """
 
 from __future__ import annotations
 
+import html
 import json
-import random
-from dataclasses import dataclass, field
+import unicodedata
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from erl_envs.protocol import utf8_safe
+from erl_envs.qa.records import Passage, Question
+from erl_envs.qa.synthetic import generate_synthetic
 from erl_envs.safe_parse import loads_json
 
 __all__ = [
@@ -33,7 +42,12 @@ __all__ = [
     "corpus_from_questions",
     "question_from_record",
     "generate_synthetic",
+    "MAX_RECORD_BYTES",
 ]
+
+# The longest line a .jsonl file of questions or passages may hold: a HotpotQA record with its 10 paragraphs is
+# tens of kilobytes, a long Wikipedia article a few hundred.
+MAX_RECORD_BYTES = 16 << 20
 
 DATA_HELP = (
     "data= can be: 'synthetic' (generated offline; num_questions=, seed=), a HotpotQA .json/.jsonl/.parquet file, "
@@ -53,12 +67,27 @@ class EvalOverlapError(DataError):
     """Held-out evaluation would ask questions the policy is trained on."""
 
 
+def _key_char(char: str) -> str:
+    category = unicodedata.category(char)
+    if category == "Pd":  # hyphens and dashes: "Spider-Man" and "Spider Man" are one question
+        return " "
+    if category in ("Cf", "Cc") and not char.isspace():  # invisible: zero-width space, soft hyphen, BOM, joiners
+        return ""
+    return char
+
+
 def question_key(text: str) -> str:
-    """A question's text as compared across data sets: Unicode-folded, punctuation and articles dropped, spaces
-    squashed, so that the same question copied between files with other quotes or spacing still matches."""
+    """A question's text as compared across data sets, so that the same question copied between files still
+    matches: HTML entities decoded (``&amp;``), Unicode NFKC, invisible and format characters removed (zero-width
+    spaces, soft hyphens, byte-order marks), hyphens and dashes read as spaces, then folded (case, accents),
+    punctuation and articles dropped, spaces squashed."""
     from erl_envs.qa import normalize_answer
     from erl_envs.qa.search import fold_text
 
+    if "&" in text:
+        text = html.unescape(text)
+    text = unicodedata.normalize("NFKC", text)
+    text = text.replace("-", " ") if text.isascii() else "".join(map(_key_char, text))
     return normalize_answer(fold_text(text), "unicode")
 
 
@@ -67,36 +96,6 @@ def shared_questions(train: Sequence["Question"], held_out: Sequence["Question"]
     ids = {q.id for q in train}
     texts = {question_key(q.question) for q in train}
     return [q for q in held_out if q.id in ids or question_key(q.question) in texts]
-
-
-@dataclass(frozen=True)
-class Passage:
-    id: str
-    title: str
-    text: str
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question. ``paragraphs`` are its own context passages (empty when the source has none);
-    ``supporting_facts`` are ``(title, sentence index)`` pairs (empty when unknown)."""
-
-    id: str
-    question: str
-    answers: tuple[str, ...]
-    type: str | None = None
-    level: str | None = None
-    supporting_facts: tuple[tuple[str, int], ...] = ()
-    paragraphs: tuple[Passage, ...] = field(default=(), repr=False)
-
-    @property
-    def answer(self) -> str:
-        return self.answers[0]
-
-    @property
-    def supporting_titles(self) -> tuple[str, ...]:
-        """Titles of the gold passages, in order, each once."""
-        return tuple(dict.fromkeys(title for title, _ in self.supporting_facts))
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -146,8 +145,18 @@ def _paragraphs(context: Any, where: str) -> tuple[Passage, ...]:
         if not isinstance(title, str) or not all(isinstance(s, str) for s in sentences):
             raise DataError(f"{where}, field 'context': titles and sentences must be strings, got {title!r:.80}")
         # HotpotQA sentences carry their own leading spaces, so joining with "" restores the paragraph.
-        paragraphs.append(Passage(id=title, title=title, text="".join(sentences).strip()))
+        title = utf8_safe(title)
+        paragraphs.append(Passage(id=title, title=title, text=utf8_safe("".join(sentences).strip())))
     return tuple(paragraphs)
+
+
+def _sentence_counts(context: Any) -> dict[str, int]:
+    """How many sentences each paragraph of a record's context has, by title (for checking supporting facts)."""
+    if isinstance(context, Mapping):
+        pairs = zip(_as_list(context.get("title")), _as_list(context.get("sentences")))
+    else:
+        pairs = (tuple(_as_list(item)) for item in _as_list(context))
+    return {utf8_safe(str(pair[0])): len(_as_list(pair[1])) for pair in pairs if len(pair) == 2}
 
 
 def _supporting_facts(facts: Any, where: str) -> tuple[tuple[str, int], ...]:
@@ -168,8 +177,22 @@ def _supporting_facts(facts: Any, where: str) -> tuple[tuple[str, int], ...]:
         if isinstance(sent, bool) or not isinstance(sent, int) or sent < 0:
             raise DataError(f"{where}, field 'supporting_facts': the sentence index of {str(title)!r:.80} must be a "
                             f"whole number >= 0, got {sent!r:.40}")
-        out.append((str(title), sent))
+        out.append((utf8_safe(str(title)), sent))
     return tuple(out)
+
+
+def _fact_problems(record: Mapping[str, Any], question: "Question") -> list[str]:
+    """Supporting facts of a record with context that name no paragraph of it, or a sentence it does not have."""
+    if not question.paragraphs or not question.supporting_facts:
+        return []
+    counts = _sentence_counts(record.get("context"))
+    problems = []
+    for title, sent in question.supporting_facts:
+        if title not in counts:
+            problems.append(f"{title!r:.80} is not one of its paragraphs")
+        elif sent >= counts[title]:
+            problems.append(f"{title!r:.80} has no sentence {sent} (it has {counts[title]})")
+    return problems
 
 
 def question_from_record(record: Mapping[str, Any], position: int = 0, source: str = "data") -> Question:
@@ -190,9 +213,9 @@ def question_from_record(record: Mapping[str, Any], position: int = 0, source: s
                         f"'golden_answers' (fields present: {sorted(record)})")
     qid = record.get("id", record.get("_id"))
     return Question(
-        id=str(qid) if qid is not None else f"{source}-{position}",
-        question=question.strip(),
-        answers=tuple(answers),
+        id=utf8_safe(str(qid)) if qid is not None else f"{source}-{position}",
+        question=utf8_safe(question.strip()),
+        answers=tuple(utf8_safe(answer) for answer in answers),
         type=record.get("type"),
         level=record.get("level"),
         supporting_facts=_supporting_facts(record.get("supporting_facts"), where),
@@ -217,11 +240,11 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
         except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
             raise DataError(f"{path}: not a readable parquet file ({exc})") from exc
         return frame.to_dict("records")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc})") from exc
     if path.suffix == ".json":
+        try:
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, which some editors write, is skipped
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}: not UTF-8 text ({exc})") from exc
         try:
             records = loads_json(text)
         except json.JSONDecodeError as exc:
@@ -231,15 +254,29 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
         if not isinstance(records, list):
             raise DataError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
         return records
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(loads_json(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
-    return records
+    return list(_jsonl_records(path))
+
+
+def _jsonl_records(path: Path) -> Iterable[Any]:
+    """The records of a .jsonl file, line by line: a line longer than ``MAX_RECORD_BYTES`` is refused after reading
+    only that much of it (a 200 MB line would otherwise take gigabytes to parse)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(iter(lambda: f.readline(MAX_RECORD_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
+                raise DataError(f"{path}, line {number}: longer than {MAX_RECORD_BYTES:,} bytes, more than any "
+                                f"record needs")
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a byte-order mark
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}, line {number}: not UTF-8 text ({exc})") from exc
+            if not line.strip():
+                continue
+            try:
+                yield loads_json(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
 
 
 def _is_datasets_object(data: Any) -> bool:
@@ -299,11 +336,17 @@ def load_questions(data: Any, *, split: str | None = None, num_questions: int = 
         records, source = data, "data"
     else:
         raise DataError(f"unsupported data={type(data).__name__}. {DATA_HELP}")
-    questions = []
+    questions, fact_problems = [], []
     for position, record in enumerate(records):
         if limit is not None and position >= limit:
             break
         questions.append(question_from_record(record, position, source))
+        fact_problems += [f"record {position}: {problem}" for problem in _fact_problems(record, questions[-1])]
+    if fact_problems:
+        # Real data has a few of these; they only affect retrieval_recall, so they are named, not refused.
+        warnings.warn(f"{source}: {len(fact_problems)} supporting facts do not match their question's paragraphs "
+                      f"({'; '.join(fact_problems[:3])}{'; ...' if len(fact_problems) > 3 else ''}); "
+                      "retrieval_recall counts them as given", RuntimeWarning, stacklevel=2)
     if not questions:
         raise DataError(f"{source}: holds no questions")
     _check_unique_ids(questions, source, "records", "question ids are the task ids")
@@ -333,9 +376,10 @@ def _passage_from_record(record: Any, position: int, where: str) -> Passage:
         title, text = (title or head.strip().strip('"')), rest
     if not isinstance(text, str):
         raise DataError(f"{where}, passage {position}: no 'text' (or 'contents') string (fields: {sorted(record)})")
-    title = "" if title is None else str(title)
+    title = "" if title is None else utf8_safe(str(title))
     pid = record.get("id")
-    return Passage(id=str(pid) if pid is not None else str(position), title=title, text=text.strip())
+    return Passage(id=utf8_safe(str(pid)) if pid is not None else str(position), title=title,
+                   text=utf8_safe(text.strip()))
 
 
 def load_corpus(corpus: Any) -> list[Passage]:
@@ -364,217 +408,3 @@ def corpus_from_questions(questions: Sequence[Question]) -> list[Passage]:
         for p in q.paragraphs:
             by_title.setdefault(p.title, p)
     return list(by_title.values())
-
-
-# --------------------------------------------------------------------------------------------- synthetic data
-
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kr", "st", "tr",
-           "th", "sh", "ch", "h", "j", "w")
-_NUCLEI = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ei", "ou", "ae")
-_CODAS = ("", "", "", "n", "r", "l", "s", "th", "m", "nd", "rk", "st")
-_OCCUPATIONS = ("painter", "composer", "engineer", "novelist", "physicist", "architect", "chemist", "poet",
-                "sculptor", "mathematician", "botanist", "film director")
-_INDUSTRIES = ("shipbuilding", "textile", "software", "publishing", "brewing", "railway", "optics", "record label",
-               "toy", "aerospace")
-_COMPANY_SUFFIXES = ("Industries", "Works", "Holdings", "Press", "Motors", "Records", "Instruments", "Foods")
-_GENRES = ("drama", "comedy", "documentary", "thriller", "western", "musical", "science fiction")
-_BAND_GENRES = ("folk", "jazz", "punk rock", "synth-pop", "bluegrass", "heavy metal", "indie pop")
-_FILM_WORDS = ("Lantern", "Harbour", "Orchard", "Winter", "Compass", "Meadow", "Signal", "Ember", "Tide", "Summit",
-               "Glass", "Garden", "Echo", "Falcon", "Thistle", "Cinder", "Ferry", "Marble")
-_FILM_ADJECTIVES = ("Silent", "Last", "Crooked", "Golden", "Distant", "Quiet", "Broken", "Hidden", "Pale", "Restless")
-
-
-def _a(word: str) -> str:
-    """The word with its indefinite article: "an aerospace", "a toy"."""
-    return f"{'an' if word[0].lower() in 'aeiou' else 'a'} {word}"
-
-
-class _Names:
-    """Unique invented words, so no synthetic fact can be recalled from a pretrained model."""
-
-    def __init__(self, rng: random.Random):
-        self.rng = rng
-        self.used: set[str] = set()
-
-    def word(self, syllables: tuple[int, int] = (2, 3)) -> str:
-        while True:
-            n = self.rng.randint(*syllables)
-            parts = [self.rng.choice(_ONSETS) + self.rng.choice(_NUCLEI) for _ in range(n)]
-            word = ("".join(parts) + self.rng.choice(_CODAS)).capitalize()
-            if word not in self.used and len(word) >= 4:
-                self.used.add(word)
-                return word
-
-
-@dataclass
-class _Entity:
-    kind: str
-    title: str
-    sentences: list[str]
-    facts: dict[str, Any]
-
-    def passage(self) -> Passage:
-        return Passage(id=self.title, title=self.title, text=" ".join(self.sentences))
-
-
-def _build_world(rng: random.Random, size: int) -> dict[str, list[_Entity]]:
-    names = _Names(rng)
-    countries = []
-    for _ in range(max(6, size // 20)):
-        stem = names.word((2, 2))
-        countries.append({"name": stem + "ia", "demonym": stem + "ian"})
-    cities = []
-    for _ in range(max(12, size // 4)):
-        country = rng.choice(countries)
-        name, river = names.word(), names.word((2, 2)) + " River"
-        founded = rng.randint(900, 1850)
-        cities.append(_Entity("city", name, [
-            f"{name} is a city in {country['name']}.",
-            f"It lies on the {river}.",
-            f"The city was founded in {founded} and is known for its {rng.choice(_INDUSTRIES)} industry.",
-        ], {"country": country["name"], "river": river}))
-    people = []
-    for _ in range(max(24, size)):
-        city = rng.choice(cities)
-        country = next(c for c in countries if c["name"] == city.facts["country"])
-        name = f"{names.word((2, 2))} {names.word()}"
-        born = rng.randint(1820, 1990)
-        occupation = rng.choice(_OCCUPATIONS)
-        people.append(_Entity("person", name, [
-            f"{name} (born {born}) is {_a(country['demonym'])} {occupation}.",
-            f"{name.split()[1]} was born in {city.title}, {city.facts['country']}.",
-            f"Over a long career {name.split()[1]} received {rng.randint(2, 9)} national awards.",
-        ], {"born": born, "city": city.title, "country": city.facts["country"], "demonym": country["demonym"]}))
-    companies = []
-    for _ in range(max(8, size // 3)):
-        founder, city = rng.choice(people), rng.choice(cities)
-        name = f"{names.word()} {rng.choice(_COMPANY_SUFFIXES)}"
-        founded = rng.randint(1850, 2015)
-        companies.append(_Entity("company", name, [
-            f"{name} is {_a(rng.choice(_INDUSTRIES))} company headquartered in {city.title}.",
-            f"It was founded in {founded} by {founder.title}.",
-            f"The company employs about {rng.randint(2, 90) * 100} people.",
-        ], {"founder": founder.title, "founded": founded, "city": city.title}))
-    films = []
-    for _ in range(max(8, size // 3)):
-        director = rng.choice(people)
-        title = f"The {rng.choice(_FILM_ADJECTIVES)} {rng.choice(_FILM_WORDS)} of {names.word((2, 2))}"
-        year = rng.randint(1930, 2020)
-        films.append(_Entity("film", title, [
-            f"{title} is a {year} {rng.choice(_GENRES)} film.",
-            f"It was directed by {director.title}.",
-            f"The film stars {rng.choice(people).title} and {rng.choice(people).title}.",
-        ], {"director": director.title, "year": year}))
-    bands = []
-    for _ in range(max(8, size // 4)):
-        city = rng.choice(cities)
-        name = f"The {names.word()}s"
-        formed = rng.randint(1955, 2015)
-        bands.append(_Entity("band", name, [
-            f"{name} are {_a(rng.choice(_BAND_GENRES))} band.",
-            f"The band was formed in {city.title} in {formed}.",
-            f"Their debut album sold {rng.randint(5, 500) * 1000} copies.",
-        ], {"city": city.title, "formed": formed}))
-    return {"city": cities, "person": people, "company": companies, "film": films, "band": bands}
-
-
-def _make_question(rng: random.Random, world: dict[str, list[_Entity]], by_title: dict[str, _Entity]):
-    """One (question, answer, type, gold entities with the supporting sentence of each)."""
-    kind = rng.randrange(8)
-    if kind == 0:
-        company = rng.choice(world["company"])
-        founder = by_title[company.facts["founder"]]
-        return (f"In which city was the founder of {company.title} born?", founder.facts["city"], "bridge",
-                [(company, 1), (founder, 1)])
-    if kind == 1:
-        film = rng.choice(world["film"])
-        director = by_title[film.facts["director"]]
-        return (f"What nationality is the director of {film.title}?", director.facts["demonym"], "bridge",
-                [(film, 1), (director, 0)])
-    if kind == 2:
-        band = rng.choice(world["band"])
-        city = by_title[band.facts["city"]]
-        return (f"Which river flows through the city where {band.title} was formed?", city.facts["river"],
-                "bridge", [(band, 1), (city, 1)])
-    if kind == 3:
-        company = rng.choice(world["company"])
-        city = by_title[company.facts["city"]]
-        return (f"In which country is {company.title} headquartered?", city.facts["country"], "bridge",
-                [(company, 0), (city, 0)])
-    if kind == 4:
-        a, b = _distinct_pair(rng, world["company"], "founded")
-        first = a if a.facts["founded"] < b.facts["founded"] else b
-        return (f"Which company was founded first, {a.title} or {b.title}?", first.title, "comparison",
-                [(a, 1), (b, 1)])
-    if kind == 5:
-        a, b = _distinct_pair(rng, world["person"], "born")
-        first = a if a.facts["born"] < b.facts["born"] else b
-        return (f"Who was born earlier, {a.title} or {b.title}?", first.title, "comparison", [(a, 0), (b, 0)])
-    if kind == 6:
-        a, b = _yes_no_pair(rng, world["person"], "country")
-        same = "yes" if a.facts["country"] == b.facts["country"] else "no"
-        return (f"Were {a.title} and {b.title} of the same nationality?", same, "comparison", [(a, 0), (b, 0)])
-    a, b = _yes_no_pair(rng, world["city"], "country")
-    same = "yes" if a.facts["country"] == b.facts["country"] else "no"
-    return (f"Are {a.title} and {b.title} in the same country?", same, "comparison", [(a, 0), (b, 0)])
-
-
-def _distinct_pair(rng: random.Random, entities: list[_Entity], key: str) -> tuple[_Entity, _Entity]:
-    while True:
-        a, b = rng.sample(entities, 2)
-        if a.facts[key] != b.facts[key]:
-            return a, b
-
-
-def _yes_no_pair(rng: random.Random, entities: list[_Entity], key: str) -> tuple[_Entity, _Entity]:
-    """A pair that agrees on ``key`` half the time, so that "yes" and "no" are equally likely answers."""
-    want_same = rng.random() < 0.5
-    for _ in range(1000):
-        a, b = rng.sample(entities, 2)
-        if (a.facts[key] == b.facts[key]) == want_same:
-            return a, b
-    return rng.sample(entities, 2)  # a world with a single country has no "no" pair
-
-
-def generate_synthetic(num_questions: int = 200, seed: int = 0, num_paragraphs: int = 10) -> list[Question]:
-    """Invented multi-hop questions in the HotpotQA layout, deterministic in ``seed``.
-
-    A world of invented countries, cities, people, companies, films and bands is generated, each with a short
-    article; questions are bridge ("the city where the founder of X was born") or comparison ("which was founded
-    first", yes/no "same nationality") as in HotpotQA, with supporting facts and ``num_paragraphs`` context
-    paragraphs (the gold two plus distractors of the same kinds).
-    """
-    if num_questions < 1:
-        raise ValueError(f"num_questions must be >= 1, got {num_questions}")
-    if num_paragraphs < 2:
-        raise ValueError(f"num_paragraphs must be >= 2 (the two gold paragraphs), got {num_paragraphs}")
-    rng = random.Random(seed)
-    world = _build_world(rng, num_questions)
-    by_title = {e.title: e for entities in world.values() for e in entities}
-    pools: dict[tuple[str, ...], list[_Entity]] = {}
-    questions = []
-    for i in range(num_questions):
-        text, answer, qtype, gold = _make_question(rng, world, by_title)
-        gold_titles = {e.title for e, _ in gold}
-        kinds = tuple(dict.fromkeys(e.kind for e, _ in gold))
-        if kinds not in pools:
-            pools[kinds] = [e for kind in kinds for e in world[kind]]
-        pool, need = pools[kinds], num_paragraphs - len(gold)
-        # Distractors of the gold kinds (they share vocabulary with the gold passages), others only to fill up.
-        distractors = [e for e in rng.sample(pool, min(len(pool), need + len(gold))) if e.title not in gold_titles]
-        distractors = distractors[:need]
-        if len(distractors) < need:
-            others = [e for kind, entities in world.items() if kind not in kinds for e in entities]
-            distractors += rng.sample(others, min(len(others), need - len(distractors)))
-        context = [e for e, _ in gold] + distractors
-        rng.shuffle(context)
-        questions.append(Question(
-            id=f"syn{seed}-{i:05d}",
-            question=text,
-            answers=(answer,),
-            type=qtype,
-            level="synthetic",
-            supporting_facts=tuple((e.title, s) for e, s in gold),
-            paragraphs=tuple(e.passage() for e in context),
-        ))
-    return questions

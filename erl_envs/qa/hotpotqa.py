@@ -6,7 +6,7 @@ import operator
 import os
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable
 
@@ -23,7 +23,7 @@ from erl_envs.qa.data import (
 )
 from erl_envs.qa import prompts as qa_prompts
 from erl_envs.qa.scoring import ANSWER_EXTRACTIONS, SCORINGS, qa_reward
-from erl_envs.qa.search import ENGLISH_STOPWORDS, BM25Index, Tokenizer
+from erl_envs.qa.search import ENGLISH_STOPWORDS, IDFS, BM25Index, Tokenizer
 from erl_envs.qa.tools import MAX_CALLS_PER_REPLY, QAReply, parse_qa_calls
 
 __all__ = ["HotpotQAEnv", "MODES", "PROTOCOLS", "MAX_REPLY_CHARS"]
@@ -44,6 +44,9 @@ _NO_DOCUMENTS = "No relevant documents found for the query."
 # about what a grid step costs instead of seconds. The end is kept because that is where the answer is read from.
 MAX_REPLY_CHARS = 65_536
 
+# Distractor-mode indexes kept per source (one per question, of its own paragraphs): a reset of a question seen
+# before reuses its index, even when one of its passages is megabytes long.
+_QUESTION_INDEXES = 4096
 # Bounds on what the env echoes back from the agent, so that every observation fits the observation space.
 _MAX_ECHO_CHARS = 200
 _SCORE_CHARS = 16  # "-12345678.12" and then some: a score is never printed wider than this
@@ -63,6 +66,8 @@ class _Source:
     max_title_chars: int
     max_text_chars: int
     max_paper_hit_chars: int  # the longest hit as the paper protocol shows it (score aside); 0 under "extended"
+    # Distractor mode: each question's own index, built at its first reset and kept (at most _QUESTION_INDEXES).
+    question_indexes: dict[int, BM25Index] = field(default_factory=dict)
 
 
 _SOURCES: "weakref.WeakValueDictionary[Hashable, _Source]" = weakref.WeakValueDictionary()
@@ -177,7 +182,10 @@ class HotpotQAEnv(gym.Env[str, str]):
       ``max_query_chars=300`` (longer queries are cut), ``max_reply_chars=65536``, ``f1_threshold=0.3``.
     - ``scoring``: ``"official"`` (HotpotQA's ``normalize_answer``) or ``"unicode"``; ``answer_extraction``:
       ``"boxed"`` or ``"paper"`` (see Action Space).
-    - Index: ``k1=1.5``, ``b=0.75``, ``stopwords=False`` (drop English stop-words), ``fold_unicode=True`` (NFKC,
+    - Index: ``idf="lucene"`` (Lucene's always-positive idf; ``"okapi"``: rank-bm25's, which is 0 or floored for
+      terms in half or more of the passages, as a question's entities are among its 10 distractor-mode paragraphs;
+      either way a search whose words are exactly a passage's title shows that passage first),
+      ``k1=1.5``, ``b=0.75``, ``stopwords=False`` (drop English stop-words), ``fold_unicode=True`` (NFKC,
       casefold and accents folded in passages and queries: "Zoe Saldana" finds "Zoë Saldaña"), ``tokenizer``,
       ``cache_dir`` (default ``$ERL_GYM_CACHE/bm25`` or ``~/.cache/erl_gym/bm25``; ``False`` for no disk cache).
     - ``instructions``: the system prompt (default ``erl_envs.qa.prompts.QA_INSTRUCTIONS``); ``render_mode``: ``"ansi"`` or
@@ -217,7 +225,8 @@ class HotpotQAEnv(gym.Env[str, str]):
     - v0: initial version; later within v0: official answer normalisation by default, every tool call of a reply
       runs, ``local_search``, ``protocol``, ``answer_extraction``, ``max_reply_chars``, Unicode folding in the
       index, ``ResetNeeded`` after the end; ``protocol="paper"`` then follows the reference's agent (Hermes tool
-      calls, whole passages, success = reward >= 1).
+      calls, whole passages, success = reward >= 1); ``idf="lucene"`` by default (search scores change;
+      ``idf="okapi"`` gives the earlier ones).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
@@ -244,6 +253,7 @@ class HotpotQAEnv(gym.Env[str, str]):
         f1_threshold: float = 0.3,
         k1: float = 1.5,
         b: float = 0.75,
+        idf: str = "lucene",
         stopwords: bool = False,
         fold_unicode: bool = True,
         tokenizer: Callable[[str], list[str]] | None = None,
@@ -288,7 +298,9 @@ class HotpotQAEnv(gym.Env[str, str]):
         # The reflection wrapper reads these: under the paper protocol a reflected prompt gets the paper reminder.
         self.prompt_set = "paper" if self.paper else "lenient"
         self.game_name = "HotpotQA"
-        self._k1, self._b = k1, b
+        if idf not in IDFS:
+            raise ValueError(f"idf must be one of {list(IDFS)}, got {idf!r}")
+        self._k1, self._b, self._idf = k1, b, idf
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(
             stopwords=ENGLISH_STOPWORDS if stopwords else frozenset(), fold=fold_unicode)
 
@@ -325,7 +337,7 @@ class HotpotQAEnv(gym.Env[str, str]):
             return None  # in-memory data: not worth hashing here; the index is still shared by content
         synthetic = (num_questions, seed) if data == "synthetic" else None
         return (data_key, corpus_key, self.mode, split, synthetic, limit, tokenizer_key, self._k1, self._b,
-                self.max_passage_chars)
+                self._idf, self.max_passage_chars)
 
     def _load_source(self, data, corpus, split, num_questions, seed, limit, cache_dir) -> _Source:
         questions = load_questions(data, split=split, num_questions=num_questions, seed=seed, limit=limit)
@@ -338,7 +350,7 @@ class HotpotQAEnv(gym.Env[str, str]):
                     "open mode needs passages to search, but these questions have no context paragraphs: pass "
                     "corpus= (a .jsonl of {id, title, text} passages, e.g. a Wikipedia dump) or use data with "
                     "paragraphs (HotpotQA distractor/fullwiki, or 'synthetic')")
-            index = BM25Index.cached(passages, ids=range(len(passages)), k1=self._k1, b=self._b,
+            index = BM25Index.cached(passages, ids=range(len(passages)), k1=self._k1, b=self._b, idf=self._idf,
                                      tokenizer=self._tokenizer, cache_dir=cache_dir)
             shown = passages
         else:
@@ -408,6 +420,10 @@ class HotpotQAEnv(gym.Env[str, str]):
 
     def _search(self, query: str, k: int) -> tuple[str, list[dict[str, Any]]]:
         hits = self._index.top_k_batch([query], k)[0] if k > 0 else []
+        titled = self._index.title_matches(query) if k > 0 else []
+        if titled:  # a search for a passage's exact title shows that passage first, whatever its BM25 rank
+            scores = self._index.scores(query)
+            hits = ([(i, float(scores[i])) for i in titled] + [hit for hit in hits if hit[0] not in titled])[:k]
         passages = self._passages
         results = [{"rank": r, "id": passages[i].id, "title": passages[i].title, "score": round(s, 4)}
                    for r, (i, s) in enumerate(hits, start=1)]
@@ -457,8 +473,14 @@ class HotpotQAEnv(gym.Env[str, str]):
             self._index, self._passages = self._source.index, self._source.passages
         else:
             self._passages = list(self._question.paragraphs)
-            self._index = BM25Index(self._passages, ids=range(len(self._passages)), k1=self._k1, b=self._b,
-                                    tokenizer=self._tokenizer)
+            indexes = self._source.question_indexes
+            self._index = indexes.get(position)
+            if self._index is None:
+                if len(indexes) >= _QUESTION_INDEXES:
+                    indexes.clear()
+                self._index = indexes[position] = BM25Index(self._passages, ids=range(len(self._passages)),
+                                                            k1=self._k1, b=self._b, idf=self._idf,
+                                                            tokenizer=self._tokenizer)
         self._turn = 0
         self._searches = 0
         self._retrieved = {}

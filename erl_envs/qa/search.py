@@ -1,14 +1,19 @@
 """Okapi BM25 retrieval over a passage corpus, scored with sparse matrices, with an on-disk cache.
 
-The scores are exactly those of rank-bm25's ``BM25Okapi`` (same k1, b and epsilon, same idf
-``log(N - df + 0.5) - log(df + 0.5)`` with its floor ``epsilon * mean idf`` for terms in more than half the passages)
-so that results can be checked against that reference. rank-bm25 scores a query with a Python loop over every
+Two idf formulas. ``idf="okapi"`` (the default here): the scores are exactly those of rank-bm25's ``BM25Okapi``
+(same k1, b and epsilon, same idf ``log(N - df + 0.5) - log(df + 0.5)`` with its floor ``epsilon * mean idf`` for
+terms in more than half the passages) so that results can be checked against that reference. ``idf="lucene"``:
+Lucene's ``log(1 + (N - df + 0.5) / (df + 0.5))``, positive for every term, so a term found in half or more of the
+passages still counts; small corpora need it (a question's 10 paragraphs in HotpotQA's distractor mode, where the
+question's entities appear in many of them, and okapi's idf is 0 or floored for exactly the words searched for).
+The term-frequency part is the same in both. rank-bm25 scores a query with a Python loop over every
 passage; here the per-(term, passage) weights are computed once into a term-major sparse matrix and a query is one
 sparse product, which is what makes a 100,000-passage corpus usable inside an environment step.
 
 Only passages with a positive score are returned. A passage scoring exactly 0 would have an arbitrary rank: that
-is every passage sharing no term with the query, and also those sharing only terms found in exactly half the
-passages, whose idf is 0 under this formula (in a 2-passage corpus, every term found in one of them). A negative
+is every passage sharing no term with the query, and under okapi's idf also those sharing only terms found in
+exactly half the passages, whose idf is 0 (in a 2-passage corpus, every term found in one of them; under lucene's
+idf every passage that shares a term with the query scores above 0). A negative
 score (possible in tiny corpora, where the idf floor ``epsilon * mean idf`` is itself negative) ranks *below* those
 zero-score passages, so returning it while leaving them out would misorder the results. Ties are broken by corpus
 position, so results are deterministic.
@@ -31,7 +36,9 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["ENGLISH_STOPWORDS", "Tokenizer", "fold_text", "BM25Index", "default_cache_dir", "passage_text"]
+__all__ = ["ENGLISH_STOPWORDS", "IDFS", "Tokenizer", "fold_text", "BM25Index", "default_cache_dir", "passage_text"]
+
+IDFS = ("okapi", "lucene")
 
 # Passages tokenised at a time while building.
 _BUILD_CHUNK = 1024
@@ -142,7 +149,8 @@ class BM25Index:
 
     ``passages`` are strings, or dicts/objects with ``text`` and optional ``title`` and ``id``. ``ids`` (default:
     the passages' ``id`` or their position) are what ``search`` returns. ``k1``, ``b`` and ``epsilon`` are
-    rank-bm25's ``BM25Okapi`` parameters with its defaults.
+    rank-bm25's ``BM25Okapi`` parameters with its defaults; ``idf`` is ``"okapi"`` (rank-bm25's, with ``epsilon``) or
+    ``"lucene"`` (always positive; ``epsilon`` unused), see the module docstring.
     """
 
     def __init__(
@@ -154,9 +162,10 @@ class BM25Index:
         b: float = 0.75,
         epsilon: float = 0.25,
         tokenizer: Callable[[str], list[str]] | None = None,
+        idf: str = "okapi",
     ):
         texts = [passage_text(p) for p in passages]
-        self._setup(passages, texts, ids, k1, b, epsilon, tokenizer)
+        self._setup(passages, texts, ids, k1, b, epsilon, tokenizer, idf)
         vocab: dict[str, int] = {}
         doc_len = np.zeros(len(texts), dtype=np.int64)
         blocks = []
@@ -181,9 +190,12 @@ class BM25Index:
 
     # ------------------------------------------------------------------------------------------ construction
 
-    def _setup(self, passages, texts, ids, k1, b, epsilon, tokenizer) -> None:
+    def _setup(self, passages, texts, ids, k1, b, epsilon, tokenizer, idf="okapi") -> None:
         if not texts:
             raise ValueError("BM25Index needs at least one passage")
+        if idf not in IDFS:
+            raise ValueError(f"idf must be one of {list(IDFS)}, got {idf!r}")
+        self.idf_kind = idf
         if ids is None:
             ids = [_passage_id(p, i) for i, p in enumerate(passages)]
         ids = list(ids)
@@ -195,15 +207,25 @@ class BM25Index:
         self.k1, self.b, self.epsilon = float(k1), float(b), float(epsilon)
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
         self.cache_key: str | None = None  # set by cached(): the content key the index is shared under
+        # Passages by the words of their title, for title_matches.
+        self._by_title: dict[tuple[str, ...], list[int]] = {}
+        for position, passage in enumerate(passages):
+            title = passage.get("title") if isinstance(passage, Mapping) else getattr(passage, "title", None)
+            if isinstance(title, str) and title:
+                self._by_title.setdefault(tuple(self.tokenizer(title)), []).append(position)
 
     def _finish(self, vocab: dict[str, int], tf: sp.csr_matrix, doc_len: np.ndarray) -> None:
         """Turn term frequencies (terms x passages) into the BM25 weight matrix, exactly as BM25Okapi scores."""
         n = len(doc_len)
         avgdl = float(doc_len.sum()) / n or 1.0  # 0 only when no passage has a token: then there is nothing to weigh
         df = np.diff(tf.indptr)
-        idf = np.log(n - df + 0.5) - np.log(df + 0.5)
-        self.average_idf = float(idf.mean()) if len(idf) else 0.0
-        idf[idf < 0] = self.epsilon * self.average_idf
+        if self.idf_kind == "lucene":
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+            self.average_idf = float(idf.mean()) if len(idf) else 0.0
+        else:
+            idf = np.log(n - df + 0.5) - np.log(df + 0.5)
+            self.average_idf = float(idf.mean()) if len(idf) else 0.0
+            idf[idf < 0] = self.epsilon * self.average_idf
         # idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl)), in place: at 100k passages each temporary
         # array is ~50 MB.
         weights = tf.data.astype(np.float64)
@@ -255,6 +277,12 @@ class BM25Index:
         result.eliminate_zeros()
         return result
 
+    def title_matches(self, query: str) -> list[int]:
+        """Positions of the passages whose title is ``query`` word for word (as the tokenizer reads both), in corpus
+        order: what a search for an article's exact name should show first, whatever its BM25 rank."""
+        words = tuple(self.tokenizer(query))
+        return list(self._by_title.get(words, ())) if words else []
+
     def scores(self, query: str) -> np.ndarray:
         """The BM25 score of every passage for ``query`` (what ``BM25Okapi.get_scores`` returns)."""
         row = self._score_rows([query])
@@ -290,9 +318,11 @@ class BM25Index:
 
     @staticmethod
     def content_key(texts: Sequence[str], ids: Sequence[Hashable], tokenizer_key: str, k1: float, b: float,
-                    epsilon: float) -> str:
-        """sha256 of everything an index depends on; names its cache file."""
-        h = hashlib.sha256(f"bm25:{_CACHE_FORMAT}:{tokenizer_key}:{k1!r}:{b!r}:{epsilon!r}:{len(texts)}".encode())
+                    epsilon: float, idf: str = "okapi") -> str:
+        """sha256 of everything an index depends on; names its cache file (okapi indexes keep the names they had
+        before there was a choice of idf)."""
+        kind = "" if idf == "okapi" else f":idf={idf}"
+        h = hashlib.sha256(f"bm25:{_CACHE_FORMAT}:{tokenizer_key}:{k1!r}:{b!r}:{epsilon!r}:{len(texts)}{kind}".encode())
         for pid, text in zip(ids, texts):
             data = f"{pid!r}\x1f{text}".encode("utf-8", "surrogatepass")
             # Length prefixes keep ("ab", "c") and ("a", "bc") apart.
@@ -322,10 +352,10 @@ class BM25Index:
     @classmethod
     def load(cls, path: str | os.PathLike, passages: Sequence[Any], ids: Sequence[Hashable] | None = None, *,
              k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25,
-             tokenizer: Callable[[str], list[str]] | None = None) -> "BM25Index":
+             tokenizer: Callable[[str], list[str]] | None = None, idf: str = "okapi") -> "BM25Index":
         """Read an index saved by ``save`` for these same passages; raises ValueError when the file does not fit."""
         self = cls.__new__(cls)
-        self._setup(passages, [passage_text(p) for p in passages], ids, k1, b, epsilon, tokenizer)
+        self._setup(passages, [passage_text(p) for p in passages], ids, k1, b, epsilon, tokenizer, idf)
         with np.load(path, allow_pickle=False) as data:
             if int(data["format"][0]) != _CACHE_FORMAT:
                 raise ValueError(f"{path} has cache format {int(data['format'][0])}, expected {_CACHE_FORMAT}")
@@ -345,7 +375,7 @@ class BM25Index:
     @classmethod
     def cached(cls, passages: Sequence[Any], ids: Sequence[Hashable] | None = None, *, k1: float = 1.5,
                b: float = 0.75, epsilon: float = 0.25, tokenizer: Callable[[str], list[str]] | None = None,
-               cache_dir: str | os.PathLike | bool | None = None) -> "BM25Index":
+               cache_dir: str | os.PathLike | bool | None = None, idf: str = "okapi") -> "BM25Index":
         """The index of these passages: the one already alive in this process, else the one saved on disk, else a
         new one (then saved). ``cache_dir=None`` means ``default_cache_dir()``; ``False`` turns the disk off.
 
@@ -355,15 +385,15 @@ class BM25Index:
         tokenizer = tokenizer if tokenizer is not None else Tokenizer()
         tokenizer_key = getattr(tokenizer, "cache_key", None)
         if not isinstance(tokenizer_key, str):
-            return cls(passages, ids, k1=k1, b=b, epsilon=epsilon, tokenizer=tokenizer)
+            return cls(passages, ids, k1=k1, b=b, epsilon=epsilon, tokenizer=tokenizer, idf=idf)
         texts = [passage_text(p) for p in passages]
         if ids is None:
             ids = [_passage_id(p, i) for i, p in enumerate(passages)]
-        key = cls.content_key(texts, ids, tokenizer_key, k1, b, epsilon)
+        key = cls.content_key(texts, ids, tokenizer_key, k1, b, epsilon, idf)
         live = _LIVE_INDEXES.get(key)
         if live is not None:
             return live
-        params = dict(k1=k1, b=b, epsilon=epsilon, tokenizer=tokenizer)
+        params = dict(k1=k1, b=b, epsilon=epsilon, tokenizer=tokenizer, idf=idf)
         index = None
         path = None
         if cache_dir is not False:

@@ -28,7 +28,7 @@ from typing import Any
 from erl_envs.protocol import utf8_safe
 from erl_envs.safe_parse import loads_json
 
-__all__ = ["ReflectionMemory", "RetrievalMemory", "PoolMemory", "load_memory", "memory_from_dict"]
+__all__ = ["ReflectionMemory", "RetrievalMemory", "PoolMemory", "MAX_SLOTS", "load_memory", "memory_from_dict"]
 
 _FORMAT_VERSION = 1
 _TOKEN = re.compile(r"\w+")
@@ -351,6 +351,10 @@ class RetrievalMemory(_LockedMemory):
         return memory
 
 
+# A pool holds one entry per slot: a count from a file is bounded before anything is allocated (the paper: 1,024).
+MAX_SLOTS = 1 << 20
+
+
 class PoolMemory(_LockedMemory):
     """``slots`` independent single-slot memories, the paper code's memory scope (1,024 slots in its runs).
 
@@ -369,8 +373,8 @@ class PoolMemory(_LockedMemory):
 
     def __init__(self, slots: int = 1024):
         super().__init__()
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots must be a positive int, got {slots!r}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
+            raise ValueError(f"slots must be a positive int of at most {MAX_SLOTS:,}, got {slots!r}")
         self.slots = slots
         self._prompts: list[str | None] = [None] * slots
         self._next = 0  # the slot the next episode takes

@@ -485,7 +485,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if not self._base_from_memory:
             base = self._instructions
         steps = attempt.trace_steps()
-        trace = self._trace_text(attempt, steps)
+        trace = utf8_safe(self._trace_text(attempt, steps))  # it quotes the model's replies, which may not be UTF-8
         if self._paper_request:
             success = attempt.success(self.gate_threshold)
             task = paper_task(self.game_name, self._episode_seed, self._env_info, self._env_info.get("steps_left"))

@@ -169,6 +169,17 @@ def test_a_non_finite_stop_is_one_error_line_and_other_errors_keep_their_traceba
         _main(argv, capsys)
 
 
+def test_an_env_server_failing_mid_run_is_one_error_line(monkeypatch, capsys, tmp_path):
+    from erl_agents import trainer
+    from erl_envs.integrations.remote import RemoteEnvError
+
+    monkeypatch.setattr(trainer, "Trainer", _StoppingTrainer)
+    _StoppingTrainer.error = RemoteEnvError(None, "cannot reach erl-serve at http://127.0.0.1:9 (ConnectionError)")
+    status, err = _main(["--output", str(tmp_path / "run"), "--no-progress"], capsys)
+    assert status == 2 and err.startswith("erl-train: error: cannot reach erl-serve at http://127.0.0.1:9")
+    assert "--resume continues" in err and err.count("\n") == 1
+
+
 def test_the_command_exits_2_without_a_traceback():
     import subprocess
     import sys
@@ -177,7 +188,7 @@ def test_the_command_exits_2_without_a_traceback():
     done = subprocess.run([sys.executable, "-m", "erl_agents.train", "--lr", "1", "--steps", "0"], cwd=root,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr == "erl-train: error: steps must be at least 1, got 0\n"
+    assert done.stderr == "erl-train: error: steps must be at least 1 and at most 10,000,000, got 0\n"
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -197,7 +208,7 @@ FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 
 def test_every_field_has_exactly_one_rule_and_a_resume_class():
     assert sorted(RULES) == sorted(FIELDS), "a TrainConfig field without a rule (or a rule without a field)"
-    assert {rule.resume for rule in RULES.values()} == {"fixed", "free"}
+    assert {rule.resume for rule in RULES.values()} == {"fixed", "free", "never"}
     for names, _, _ in JOINT_RULES:
         assert set(names) <= set(FIELDS)
 
@@ -281,6 +292,19 @@ def test_out_of_range_values_are_refused_with_field_value_and_what_is_allowed(na
         build_config(flags={name: value})
     message = str(caught.value)
     assert message.startswith(f"{name} must be ") and allowed in message and message.endswith(f", got {value!r}")
+
+
+@pytest.mark.parametrize("name", [n for n, r in RULES.items() if r.kind is int])
+def test_every_integer_field_has_an_upper_bound(name):
+    """No integer a user types can make the run allocate without end (10,000,000 tasks a step, 10^11 memory
+    slots): each has a bound far beyond any real run, and the error names it."""
+    with pytest.raises(ValueError, match=f"^{name} must be .*(at most |in \\[0, ).*, got {10**18}$"):
+        TrainConfig(**{name: 10**18})
+
+
+def test_episodes_a_step_are_bounded_together():
+    with pytest.raises(ValueError, match="at most 1,048,576 episodes a step"):
+        TrainConfig(tasks_per_step=65_536, n_erl=1024)
 
 
 def test_tiny_heads_must_divide_the_hidden_size_into_even_heads():

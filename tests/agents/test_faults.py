@@ -105,9 +105,9 @@ def test_resume_skips_a_truncated_newest_checkpoint_and_still_matches(tmp_path):
     config = _run_config(tmp_path, "run", checkpoint_every=2, keep_checkpoints=3, eval_every=2, eval_tasks=2,
                          eval_samples=1)
     straight = _strip(Trainer(config).train())
-    newest = tmp_path / "run" / "checkpoints" / "step_000004.pt"
+    newest = tmp_path / "run" / "checkpoints" / "step_000004.safetensors"
     newest.write_bytes(newest.read_bytes()[:2048])
-    with pytest.warns(RuntimeWarning, match="step_000004.pt is truncated"):
+    with pytest.warns(RuntimeWarning, match="step_000004.safetensors is truncated"):
         trainer = Trainer(_run_config(tmp_path, "run", checkpoint_every=2, keep_checkpoints=3, eval_every=2,
                                       eval_tasks=2, eval_samples=1, resume=True))
     assert trainer.step == 2
@@ -325,7 +325,20 @@ def test_an_update_that_makes_the_weights_non_finite_stops_the_run_before_it_is_
                                                      "\\(lr 0.003\\).*--resume-changes lr"):
         trainer.train()
     saved = sorted(p.name for p in (tmp_path / "inf" / "checkpoints").iterdir())
-    assert saved == ["step_000001.json", "step_000001.pt"]  # nothing non-finite reached a checkpoint
+    assert saved == ["step_000001.json", "step_000001.safetensors"]  # nothing non-finite reached a checkpoint
+
+
+def test_a_step_with_nothing_to_train_writes_strict_json(tmp_path):
+    """A step whose every update is skipped has no loss: metrics.jsonl says null, never the non-JSON NaN."""
+    trainer = Trainer(_run_config(tmp_path, "skip", steps=2, max_bad_steps=0, minibatches=2))
+    _nan_gradient_at(trainer, {1, 2})
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        rows = trainer.train()
+    text = (tmp_path / "skip" / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    written = [json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
+               for line in text.splitlines()]
+    assert written[-1]["loss"] is None and written[-1]["grad_norm"] is None and rows[-1]["loss"] is None
 
 
 def test_a_non_finite_learning_rate_is_refused_up_front():

@@ -15,3 +15,11 @@ def test_consecutive_bad_steps_reads_the_trailing_rows():
     assert consecutive_bad_steps(rows[:3]) == 0
     assert consecutive_bad_steps(rows[:2]) == 1
     assert consecutive_bad_steps([]) == 0
+
+
+def test_rows_are_strict_json_non_finite_numbers_become_null():
+    from erl_agents.metrics import finite_row
+
+    row = {"step": 3, "loss": float("nan"), "grad_norm": float("inf"), "lift": -0.5, "count/attempt1": 4, "x": None}
+    assert finite_row(row) == {"step": 3, "loss": None, "grad_norm": None, "lift": -0.5, "count/attempt1": 4,
+                               "x": None}

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import text_bandit  # noqa: F401  (registers TextBandit-v0)
+from crafted import evil_pickle, plant
 from erl_agents import checkpoint as ckpt
 from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_folder, write_atomically
 from erl_agents.train import main
@@ -114,6 +115,76 @@ def test_resume_refuses_changes_of_meaning_and_records_the_allowed_ones(tmp_path
     assert state["step"] == 4 and state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(0.01)
 
 
+# --- 2b. a folder belongs to one run ----------------------------------------------------------------------------
+
+
+def _rows(run):
+    return [json.loads(line) for line in Path(run, "metrics.jsonl").read_text().splitlines()]
+
+
+def _same_rows(a, b):
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def test_a_new_run_in_another_runs_folder_is_refused_or_replaces_it_never_mixes(tmp_path, capsys):
+    run, clean = tmp_path / "run", tmp_path / "clean"
+    assert _main(capsys, "--output", str(run), "--seed", "1")[0] == 0
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    status, err = _main(capsys, "--output", str(run), "--seed", "2")
+    assert status == 2 and "holds another run" in _one_error_line(err) and "--resume" in err and "--overwrite" in err
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # nothing of the old run was touched
+    # --overwrite replaces the old run: the new one is exactly a run in a clean folder, with only its own files.
+    assert _main(capsys, "--output", str(run), "--seed", "2", "--overwrite")[0] == 0
+    assert _main(capsys, "--output", str(clean), "--seed", "2")[0] == 0
+    assert _same_rows(_rows(run), _rows(clean))
+    assert _digests(run / "initial_model") == _digests(clean / "initial_model")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+        p.name for p in (clean / "checkpoints").iterdir())
+    status, err = _main(capsys, "--output", str(run), "--resume", "--overwrite")
+    assert status == 2 and "resume and overwrite" in _one_error_line(err)
+
+
+def test_an_initial_model_of_another_seed_or_shape_is_never_reused(tmp_path, capsys):
+    assert _main(capsys, "--output", str(tmp_path / "clean"))[0] == 0
+    for other in (["--seed", "5"], ["--tiny-hidden", "16"]):
+        leftover = tmp_path / f"leftover{other[1]}"
+        assert _main(capsys, "--output", str(leftover), *other)[0] == 0
+        for name in ("config.json", "metrics.jsonl", "checkpoints"):  # only the model is left, as after a kill
+            shutil.rmtree(leftover / name) if name == "checkpoints" else (leftover / name).unlink()
+        with pytest.warns(RuntimeWarning, match="initial_model was built for another run.*rebuilding"):
+            assert _main(capsys, "--output", str(leftover))[0] == 0
+        assert _digests(leftover / "initial_model") == _digests(tmp_path / "clean" / "initial_model")
+        assert _same_rows(_rows(leftover), _rows(tmp_path / "clean"))
+
+
+def test_resume_never_changes_the_models_shape(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _main(capsys, "--output", str(run))[0] == 0
+    for missing_model in (False, True):
+        if missing_model:
+            shutil.rmtree(run / "initial_model")
+        for flags in (["--tiny-hidden", "64", "--resume-changes", "tiny_hidden"],
+                      ["--tiny-layers", "2", "--resume-changes", "all"]):
+            status, err = _main(capsys, "--output", str(run), "--resume", "--steps", "3", *flags)
+            assert status == 2 and "cannot change when a run resumes" in _one_error_line(err), err
+    assert [row["step"] for row in _rows(run)] == [1, 2]
+
+
+def test_a_pickle_planted_in_the_initial_model_is_never_loaded(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _main(capsys, "--output", str(run))[0] == 0
+    model = run / "initial_model"
+    (model / "model.safetensors").unlink()
+    (model / "pytorch_model.bin").write_bytes(evil_pickle(tmp_path, tmp_path / "code-ran"))
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": ckpt.file_digest(p)[0]}
+             for p in model.iterdir() if p.name != "erl_manifest.json"}
+    (model / "erl_manifest.json").write_text(json.dumps({"files": files}))  # a manifest that vouches for it
+    status, err = _main(capsys, "--output", str(run), "--resume", "--steps", "3")
+    assert not (tmp_path / "code-ran").exists(), "loading the initial model ran code"
+
+
 # --- 3. one run per folder ---------------------------------------------------------------------------------------
 
 
@@ -166,9 +237,17 @@ def _bad_yaml(tmp_path):
 
 def _no_manifest(tmp_path):
     run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    torch.save({"step": 1}, run / "checkpoints" / "step_000001.pt")  # killed between the rename and its manifest
+    ckpt.save_checkpoint(run / "checkpoints", 1, {"weights": torch.zeros(2)})
+    (run / "checkpoints" / "step_000001.json").unlink()  # killed between the rename and its manifest
     return ["--output", str(run), "--resume"], "no usable checkpoint in"
+
+
+def _planted_pickle(tmp_path):
+    """A crafted old-format checkpoint with a manifest that vouches for it: unpickling it would create a file."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    plant(run / "checkpoints" / "step_000001.pt", evil_pickle(tmp_path, tmp_path / "code-ran"))
+    return ["--output", str(run), "--resume"], "step_000001.pt is in the old pickle format"
 
 
 def _under_a_file(tmp_path):
@@ -182,16 +261,22 @@ def _under_a_file(tmp_path):
     lambda tmp_path: (["--env", "ERL-FrozenLak-v0"], "ERL-FrozenLak"),
     _under_a_file,
     _no_manifest,
+    _planted_pickle,
     lambda tmp_path: (["--max-grad-norm", "-1"], "max_grad_norm must be positive, got -1.0"),
-    lambda tmp_path: (["--eval-tasks", "0"], "eval_tasks must be at least 1, got 0"),
+    lambda tmp_path: (["--env-kwargs", "[" * 50_000 + "]" * 50_000], "--env-kwargs is not valid JSON: nested deeper"),
+    lambda tmp_path: (["--env-kwargs", '{"p": NaN}'], "--env-kwargs is not valid JSON: the number NaN"),
+    lambda tmp_path: (["--env", "CartPole-v1", "--env-kwargs", "{}"], "CartPole-v1 is not a text env"),
+    lambda tmp_path: (["--tasks-per-step", "10000000"], "tasks_per_step must be at least 1 and at most 65,536"),
+    lambda tmp_path: (["--eval-tasks", "0"], "eval_tasks must be at least 1 and at most 1,000,000, got 0"),
     lambda tmp_path: (["--device", "tpu"], "device must be one of ['auto', 'cpu', 'cuda'], got 'tpu'"),
-], ids=["yaml", "missing-config", "env-typo", "output-under-a-file", "no-usable-checkpoint", "grad-norm",
-        "eval-tasks", "device"])
+], ids=["yaml", "missing-config", "env-typo", "output-under-a-file", "no-usable-checkpoint", "planted-pickle",
+        "grad-norm", "deep-env-kwargs", "nan-env-kwargs", "not-a-text-env", "huge-batch", "eval-tasks", "device"])
 def test_user_errors_end_with_one_line_and_status_2(tmp_path, capsys, case):
     argv, words = case(tmp_path)
     argv = ["--output", str(tmp_path / "out"), *argv]
     status, err = _main(capsys, *argv)
     assert status == 2 and words in _one_error_line(err), err
+    assert not (tmp_path / "code-ran").exists(), "a checkpoint ran code"
     with pytest.raises(Exception):
         main([*CLI, *argv, "--debug"])
 
@@ -223,9 +308,9 @@ def small_disk(tmp_path):
 def test_a_full_disk_during_a_checkpoint_is_named_and_the_old_checkpoint_survives(small_disk):
     folder = small_disk / "checkpoints"
     ckpt.save_checkpoint(folder, 1, {"weights": torch.zeros(10)})
-    with pytest.raises(RunFolderError, match=r"cannot write .*step_000002.pt: no space left on device"):
+    with pytest.raises(RunFolderError, match=r"cannot write .*step_000002.safetensors: no space left on device"):
         ckpt.save_checkpoint(folder, 2, {"weights": torch.zeros(1_000_000)})  # 4 MB on a 2 MB disk
-    assert sorted(p.name for p in folder.iterdir()) == ["step_000001.json", "step_000001.pt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["step_000001.json", "step_000001.safetensors"]
     assert ckpt.load_latest_checkpoint(folder)[1]["step"] == 1
 
 

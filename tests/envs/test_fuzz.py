@@ -534,3 +534,29 @@ def test_phase_checker_catches_an_illegal_order_and_a_bad_record():
                                                   "attempt": 1, "record": record})
     problems = "\n".join(phases.violations)
     assert "recorded rewards differ" in problems and "one more observation" in problems and "gated=True" in problems
+
+
+# --- a refused reset never breaks an env -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "reflection"])
+@pytest.mark.parametrize("played_before", [False, True], ids=["first-reset", "after-an-episode"])
+def test_a_refused_reset_leaves_the_env_usable(env_id, wrapped, played_before):
+    """A reset with a bad option raises, and the env then resets and steps as if it never happened, even when the
+    refused reset was its first (Gymnasium's passive checker used to keep a broken state from it for good)."""
+    from erl_envs.reflection import ReflectionWrapper
+
+    env = gym.make(env_id, **soak_envs.ENVS[env_id])
+    env = ReflectionWrapper(env) if wrapped else env
+    if played_before:
+        env.reset(seed=1)
+        env.step("```Up```")
+    with pytest.raises((ValueError, TypeError)):
+        env.reset(seed=2, options={"no such option": 1})
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("```Up```")  # the refused reset ended the previous episode
+    for seed in (3, 4):
+        obs, info = env.reset(seed=seed)
+        assert isinstance(obs, str)
+        assert len(env.step("```Up```")) == 5

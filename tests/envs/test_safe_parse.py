@@ -41,6 +41,26 @@ def test_loads_yaml_names_the_source_and_place_and_survives_depth_and_aliases():
         loads_yaml("a: &a [1, *a]\n", "loop.yaml")
 
 
+ALIAS_BOMB = "env_kwargs:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"  {c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdef", "bcdefg"))
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path, capsys):
+    """Aliases that expand a few hundred bytes to millions of values (which every later copy of the config would
+    build) are refused while loading; a file that uses a few aliases loads."""
+    assert len(ALIAS_BOMB) < 600
+    with pytest.raises(ValueError, match="bomb.yaml: its aliases expand to more than 1,000,000 values"):
+        loads_yaml(ALIAS_BOMB, "bomb.yaml")
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB)
+    from erl_agents.train import main
+
+    assert main(["--config", str(path), "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("erl-train: error: config file") and "aliases expand" in err and err.count("\n") == 1
+    assert loads_yaml("base: &b {lr: 1}\nrun: *b\nlist: [*b, *b]\n", "ok.yaml")["list"] == [{"lr": 1}] * 2
+
+
 def test_a_memory_file_with_an_overflowing_count_is_named(tmp_path):
     path = tmp_path / "memory.json"
     ReflectionMemory("a rule").save(path)
@@ -95,6 +115,6 @@ def test_a_manifest_field_that_is_wrong_falls_back_to_the_previous_checkpoint(tm
     newest.with_suffix(".json").write_text(text)
     with pytest.raises(ckpt.CorruptCheckpointError, match=problem):
         ckpt.verify_checkpoint(newest)
-    with pytest.warns(RuntimeWarning, match=f"step_000002.pt: its manifest step_000002.json {problem}"):
+    with pytest.warns(RuntimeWarning, match=f"step_000002.safetensors: its manifest step_000002.json {problem}"):
         path, state = ckpt.load_latest_checkpoint(tmp_path)
     assert state["step"] == 1

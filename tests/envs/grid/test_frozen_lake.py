@@ -407,7 +407,7 @@ def test_bad_options_are_rejected():
         env.reset(options={"map": TINY, "size": 3})
     with pytest.raises(ValueError, match="bigger than this env's largest map side"):
         env.reset(options={"size": MAX_MAP_SIDE + 1})
-    with pytest.raises(ValueError, match="built for maps up to"):
+    with pytest.raises(ValueError, match="takes maps up to 16 per side"):
         env.reset(options={"map": ["S" + "F" * 16] + ["F" * 17] * 15 + ["F" * 16 + "G"]})
     with pytest.raises(ValueError, match="p"):
         env.reset(options={"p": -0.1})
@@ -596,3 +596,48 @@ def test_abstract_symbols_are_the_papers_with_an_ascii_agent_on_the_goal():
     env.step("```Right```")
     env.step("```Down```")
     assert " X \t" in env.render()
+
+
+# --- work per reset is bounded before it starts (a served env takes maps from anyone) ---------------------------
+
+
+def _no_map_work(monkeypatch):
+    """Fail the test if a map's cells are read (the checks and the path search cost grow with its size)."""
+    from erl_envs.grid import frozen_lake
+
+    def refuse(*_):
+        raise AssertionError("the map was read before its size was checked")
+
+    monkeypatch.setattr(frozen_lake, "_prepare_map", refuse)
+    monkeypatch.setattr(frozen_lake, "_prepared_map_cached", refuse)
+    monkeypatch.setattr(frozen_lake, "validate_map", refuse)
+
+
+@pytest.mark.parametrize("huge", [
+    "S" + "F" * 4_000_000 + "G",  # 4 MB on one line
+    "\n".join(["S" + "F" * 1999] + ["F" * 2000] * 1998 + ["F" * 1999 + "G"]),  # a 2000 x 2000 map, 4 MB
+    ["S" + "F" * 1999] + ["F" * 2000] * 1998 + ["F" * 1999 + "G"],
+    ["SFG"] * 100_000,
+    ["S" + "F" * 100_000 + "G"],
+], ids=["one-line", "text-2000", "rows-2000", "many-rows", "one-long-row"])
+def test_a_huge_map_is_refused_before_its_cells_are_read(monkeypatch, huge):
+    env = gym.make("ERL-FrozenLake-v0")
+    _no_map_work(monkeypatch)
+    with pytest.raises(ValueError, match="maps up to 16 per side"):
+        env.reset(seed=0, options={"map": huge})
+    env.reset(seed=0)  # the env is still usable
+    assert env.step("```Up```")[4]["steps_used"] == 1
+
+
+def test_the_biggest_map_that_fits_is_still_played():
+    side = 16
+    rows = ["S" + "F" * (side - 1)] + ["F" * side] * (side - 2) + ["F" * (side - 1) + "G"]
+    env = gym.make("ERL-FrozenLake-v0")
+    for form in (rows, "\n".join(rows), "\n".join(rows) + "\n"):
+        assert env.reset(seed=0, options={"map": form})[1]["size"] == side
+
+
+def test_a_map_error_quotes_at_most_a_little_of_the_row():
+    with pytest.raises(ValueError) as caught:
+        validate_map(["SFG", "F" * 10_000, "FFF"])
+    assert len(str(caught.value)) < 300

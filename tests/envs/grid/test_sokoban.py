@@ -198,7 +198,7 @@ def test_big_collection_levels_fit_the_observation_space():
     env = SokobanTextEnv(levels=[wide])
     obs, _ = env.reset(seed=0)
     assert env.max_grid_shape == (20, 30) and env.observation_space.contains(obs)
-    with pytest.raises(ValueError, match="built for grids up to"):
+    with pytest.raises(ValueError, match="levels up to 20 per side"):  # refused before it is parsed
         SokobanTextEnv().reset(options={"level": wide})
 
 
@@ -434,3 +434,84 @@ def test_a_level_file_is_loaded_once_per_version(tmp_path):
     assert first.levels == second.levels and len(first.levels) == 2
     path.write_text("#####\n#@$.#\n#####\n")  # a new version of the file is read again
     assert len(SokobanTextEnv(levels=path).levels) == 1
+
+
+# --- the work a reset's options ask for is bounded ---------------------------------------------------------------
+
+
+def _open_room(side):
+    return ["#" * side] + ["#" + " " * (side - 2) + "#" for _ in range(side - 2)] + ["#" * side]
+
+
+def _many_boxes(side=20):
+    rows = [list(row) for row in _open_room(side)]
+    rows[2][2] = "@"
+    for r, c in [(5, 5), (7, 9), (10, 4), (12, 12), (15, 6)]:
+        rows[r][c] = "$"
+        rows[r + 1][c + 2] = "."
+    return ["".join(row) for row in rows]
+
+
+@pytest.fixture
+def solver_states(monkeypatch):
+    """Counts the solver states every search of the test spends (the work a reset does grows with them)."""
+    from erl_envs.grid import sokoban, sokoban_generator, sokoban_solver
+
+    spent = []
+    real = sokoban_solver.solution_stats
+
+    def counted(*args, **kwargs):
+        result = real(*args, **kwargs)
+        spent.append(result.states)
+        return result
+
+    monkeypatch.setattr(sokoban, "solution_stats", counted)
+    monkeypatch.setattr(sokoban_generator, "solution_stats", counted)
+    return spent
+
+
+@pytest.mark.parametrize("huge", ["#" * 9_000_000, _open_room(3000), ["#", "#" * 100_000, "#"]],
+                         ids=["9MB-text", "3000-rows", "long-row"])
+def test_a_huge_level_at_reset_is_refused_before_it_is_parsed(monkeypatch, huge):
+    from erl_envs.grid import sokoban
+
+    env = gym.make("ERL-Sokoban-v0")
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the level was parsed before its size was checked")
+
+    monkeypatch.setattr(sokoban, "parse_level", refuse)
+    with pytest.raises(ValueError, match="levels up to 20 per side"):
+        env.reset(seed=0, options={"level": huge})
+
+
+def test_a_hard_level_at_reset_is_solved_within_the_option_budget(solver_states):
+    env = SokobanTextEnv()
+    _, info = env.reset(seed=0, options={"level": _many_boxes()})
+    assert info["optimal_steps"] is None  # not settled within the budget: unknown, and the episode is played
+    assert 0 < sum(solver_states) <= env.option_solver_states == 20_000
+    assert env.step("```Down```")[4]["steps_used"] == 1
+    # The env's own levels keep the full budget.
+    assert SokobanTextEnv(levels=[_many_boxes()]).solver_max_states == 200_000
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"size": 20, "num_boxes": 4, "min_moves": 50, "max_moves": 60}, "20,000 solver states ran out"),
+    ({"num_boxes": 2, "max_moves": 1_000_000}, "max_moves at most 200"),
+    ({"num_boxes": 2, "max_steps": 1_000_000}, "max_moves at most 200"),
+    ({"num_boxes": 40, "size": 20}, "num_boxes at most 8"),
+])
+def test_generator_settings_at_reset_are_bounded(solver_states, options, fragment):
+    env = SokobanTextEnv()
+    with pytest.raises(ValueError, match=fragment):
+        env.reset(seed=0, options=options)
+    assert sum(solver_states) <= 20_000
+    env.reset(seed=0)  # and the env plays on
+    assert env.step("```Up```")[4]["steps_used"] == 1
+
+
+def test_the_paper_setting_and_constructor_settings_are_not_limited():
+    """The option budget applies to work a reset's options ask for, never to the env's own settings."""
+    assert SokobanTextEnv(num_boxes=2, size=8).reset(seed=3)[1]["num_boxes"] == 2
+    env = SokobanTextEnv()
+    assert env.reset(seed=5, options={"size": 8, "max_steps": 500})[1]["steps_left"] == 500

@@ -241,3 +241,29 @@ def test_missing_file_directory_and_wrong_encoding(tmp_path):
     latin.write_bytes("; niveau \xe9t\xe9\n#####\n#@$.#\n#####\n".encode("latin-1"))
     with pytest.raises(LevelError, match="not UTF-8 text"):
         load_levels(latin)
+
+
+def test_a_level_file_with_an_enormous_level_is_refused_before_parsing(tmp_path, monkeypatch):
+    """A 9 MB file holding one 3000 x 3000 level: refused by its size, before a cell is read."""
+    from erl_envs.grid import sokoban_levels
+
+    path = tmp_path / "huge.txt"
+    side = 3000
+    path.write_text("\n".join(["#" * side] + ["#@" + " " * (side - 3) + "#"] + ["#" * side] * (side - 2)) + "\n")
+    assert path.stat().st_size > 9_000_000
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the level was parsed before its size was checked")
+
+    monkeypatch.setattr(sokoban_levels, "parse_level", refuse)
+    with pytest.raises(LevelError, match=f"level 0 \\(line 1\\): the level is {side}x{side}; levels may be at most "
+                                         f"{sokoban_levels.LARGEST_LEVEL_SIDE} per side"):
+        sokoban_levels.load_levels(path)
+
+
+def test_a_level_file_line_longer_than_any_level_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "levels.jsonl"
+    path.write_text(json.dumps({"layout": ["#####", "#@$.#", "#####"]}) + "\n"
+                    + json.dumps({"layout": "#" * 2_000_000}) + "\n")
+    with pytest.raises(LevelError, match="levels.jsonl: line 2: longer than 1,048,576 characters"):
+        load_levels(path)

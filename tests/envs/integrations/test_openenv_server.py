@@ -1,4 +1,5 @@
-"""erl-serve as a real process on 127.0.0.1: concurrent sessions equal local envs, bad requests, expiry, SIGTERM."""
+"""erl-serve: as a real process on 127.0.0.1 (slow: concurrent sessions equal local envs, bad requests, expiry,
+SIGTERM), and in this process (fast: bounds on requests and connections, isolation of a busy session, errors)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,7 @@ import erl_envs  # noqa: E402,F401
 from erl_envs import ReflectionWrapper  # noqa: E402
 from erl_envs.reflection import to_jsonable  # noqa: E402
 from erl_envs.integrations.remote import RemoteEnv, RemoteEnvError  # noqa: E402
-from served import ServerProcess  # noqa: E402
-
-# A server start imports openenv-core (and gradio): tens of seconds on 2 shared cores, so this module is slow.
-pytestmark = pytest.mark.slow
+from served import InProcessServer, ServerProcess  # noqa: E402  (served registers Test-Work-v0)
 
 SESSIONS, STEPS = 32, 300
 TTL_S = 6.0
@@ -85,6 +83,8 @@ KILLED_CLIENT = textwrap.dedent("""
 """)
 
 
+# A server process imports openenv-core (and gradio): tens of seconds on 2 shared cores.
+@pytest.mark.slow
 def test_32_sessions_equal_local_envs_while_a_client_is_killed(servers):
     lake, _ = servers
     victim = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, lake.url], stdout=subprocess.PIPE, text=True)
@@ -123,6 +123,7 @@ def test_32_sessions_equal_local_envs_while_a_client_is_killed(servers):
     assert gone.status_code == 404 and "expired" in gone.json()["error"]
 
 
+@pytest.mark.slow
 def test_reflection_server_equals_local_reflection_wrapper(servers):
     _, sokoban = servers
     make_local = lambda: ReflectionWrapper(gym.make("ERL-Sokoban-v0"))  # noqa: E731
@@ -134,6 +135,7 @@ def test_reflection_server_equals_local_reflection_wrapper(servers):
         assert mismatches == 0, f"seed {seed}: {mismatches} of {steps} transitions differ"
 
 
+@pytest.mark.slow
 def test_bad_requests_get_4xx_json_errors_naming_the_problem(servers):
     lake, _ = servers
     url = lake.url
@@ -178,6 +180,7 @@ def test_bad_requests_get_4xx_json_errors_naming_the_problem(servers):
     assert requests.get(url + "/health").status_code == 200  # still serving after all of it
 
 
+@pytest.mark.slow
 def test_openenv_websocket_client_plays_the_same_episode(servers):
     """OpenEnv's own client (WebSocket /ws) sees the transitions a local env gives."""
     from openenv.core import GenericEnvClient
@@ -196,6 +199,7 @@ def test_openenv_websocket_client_plays_the_same_episode(servers):
                 break
 
 
+@pytest.mark.slow
 def test_remote_env_through_gym_make(servers):
     lake, _ = servers
     env = gym.make("ERL-Remote-v0", url=lake.url)
@@ -206,6 +210,7 @@ def test_remote_env_through_gym_make(servers):
     env.close()
 
 
+@pytest.mark.slow
 def test_sigterm_shuts_down_cleanly(servers):
     """Last in the module: stops the reflection server with two sessions still open."""
     _, sokoban = servers
@@ -216,3 +221,179 @@ def test_sigterm_shuts_down_cleanly(servers):
     assert code == -signal.SIGTERM, output
     assert "closed 2 sessions" in output and "Application shutdown complete" in output
     assert "Traceback" not in output
+
+
+# --- in this process: bounds, isolation, errors ------------------------------------------------------------------
+
+import json  # noqa: E402
+import socket  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+from erl_envs.integrations.openenv_server import MAX_OPTION_DEPTH, build_app  # noqa: E402
+
+
+def _session(url: str, http=requests) -> str:
+    sid = http.post(url + "/sessions").json()["session_id"]
+    assert http.post(f"{url}/sessions/{sid}/reset", json={}).status_code == 200
+    return sid
+
+
+def _timed(call):
+    start = time.perf_counter()
+    response = call()
+    return response, time.perf_counter() - start
+
+
+def test_a_busy_session_never_delays_health_info_or_another_session():
+    with InProcessServer(build_app("Test-Work-v0")) as server:
+        url = server.url
+        busy, other = _session(url), _session(url)
+        slow = ThreadPoolExecutor(1).submit(requests.post, f"{url}/sessions/{busy}/step",
+                                            json={"action": {"text": "work 6"}})
+        time.sleep(0.5)
+        # 60 more calls on the busy session (more than the server's worker threads) are refused, not queued.
+        with ThreadPoolExecutor(60) as pool:
+            piled = list(pool.map(lambda _: requests.post(f"{url}/sessions/{busy}/step",
+                                                          json={"action": {"text": "x"}}), range(60)))
+        assert {r.status_code for r in piled} == {409} and "busy" in piled[0].json()["error"]
+        timings = {}
+        for name, call in [("health", lambda: requests.get(url + "/health")),
+                           ("info", lambda: requests.get(url + "/info")),
+                           ("sessions", lambda: requests.get(url + "/sessions")),
+                           ("other session", lambda: requests.post(f"{url}/sessions/{other}/step",
+                                                                   json={"action": {"text": "hi"}}))]:
+            response, timings[name] = _timed(call)
+            assert response.status_code == 200, (name, response.text)
+        assert not slow.done(), "the busy call ended before the others were measured: the check proves nothing"
+        assert max(timings.values()) < 1.0, timings
+        assert slow.result().status_code == 200
+
+
+def test_the_session_limit_holds_under_concurrent_creation():
+    with InProcessServer(build_app("Test-Work-v0", env_kwargs={"make_delay": 0.3}, max_sessions=8)) as server:
+        with ThreadPoolExecutor(40) as pool:
+            answers = list(pool.map(lambda _: requests.post(server.url + "/sessions"), range(40)))
+        assert sorted(r.status_code for r in answers) == [200] * 8 + [503] * 32
+        assert requests.get(server.url + "/sessions").json()["active"] == 8
+
+
+def test_every_error_is_json_with_an_error_line_and_keeps_the_connection():
+    with InProcessServer(build_app("Test-Work-v0", max_body_bytes=100_000)) as server:
+        url, http = server.url, requests.Session()
+        sid = _session(url, http)
+        cases = [
+            (lambda: http.get(url + "/no/such/route"), 404, "no route GET /no/such/route"),
+            (lambda: http.get(f"{url}/sessions/{sid}/step"), 405, "GET is not allowed"),
+            (lambda: http.post(f"{url}/sessions/{sid}/step", data=b"{", headers={"content-type": "application/json"}),
+             422, "not valid JSON"),
+            (lambda: http.post(url + "/reset", json={"options": {"fail": 1}}), 400, "the option 'fail' is refused"),
+            (lambda: http.post(f"{url}/sessions/{sid}/reset", json={"options": {"fail": 1}}), 400, "'fail'"),
+            (lambda: http.post(f"{url}/sessions/{sid}/reset", json={"options": {"map": _nested(MAX_OPTION_DEPTH)}}),
+             400, f"nested deeper than {MAX_OPTION_DEPTH}"),
+            (lambda: http.post(f"{url}/sessions/{sid}/step", data=b"[" * 45_000 + b"]" * 45_000,
+                               headers={"content-type": "application/json"}), 400, "error parsing the body"),
+            (lambda: http.post(f"{url}/sessions/{sid}/step", json={"action": {"text": "x" * 200_000}}), 413,
+             "more than this server accepts"),
+            (lambda: http.post(f"{url}/sessions/{sid}/step", data=iter([b"{"] * 150_000),
+                               headers={"content-type": "application/json"}), 413, "more than the 100,000 bytes"),
+        ]
+        for call, status, words in cases:
+            response = call()
+            assert response.status_code == status and words in response.json()["error"], (status, response.text)
+        _session(url, http)  # the same keep-alive connection still works after every one of them
+        http.post(f"{url}/sessions/{sid}/reset", json={})
+        crashed = http.post(f"{url}/sessions/{sid}/step", json={"action": {"text": "crash"}})
+        assert crashed.status_code == 500 and "RuntimeError: a bug in the env" in crashed.json()["error"]
+        assert http.post(f"{url}/sessions/{sid}/step", json={"action": {"text": "after"}}).json()[
+            "observation"]["text"] == "echo after"
+
+
+def _nested(depth: int):
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_pages_of_other_sites_cannot_drive_the_server():
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    with InProcessServer(build_app("Test-Work-v0", allowed_origins=("https://ui.example",))) as server:
+        url = server.url
+        evil = requests.post(url + "/sessions", headers={"Origin": "https://evil.example"})
+        assert evil.status_code == 403 and "--allow-origin https://evil.example" in evil.json()["error"]
+        assert requests.post(url + "/sessions", headers={"Origin": url}).status_code == 200  # its own pages
+        assert requests.post(url + "/sessions", headers={"Origin": "https://ui.example"}).status_code == 200
+        assert requests.get(url + "/sessions").json()["active"] == 2
+        ws_url = url.replace("http", "ws") + "/ws"
+        with pytest.raises(InvalidStatus) as refused:
+            connect(ws_url, origin="https://evil.example", open_timeout=10)
+        assert refused.value.response.status_code == 403
+        with connect(ws_url, open_timeout=10) as ws:  # a program (no Origin) is welcome
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=10))["data"]["observation"]["text"] == "ready"
+
+
+def test_connections_that_send_nothing_or_trickle_are_closed():
+    with InProcessServer(build_app("Test-Work-v0", request_timeout_s=1.0), request_timeout_s=1.0) as server:
+        def closed_within(payload: bytes, seconds: float = 8.0) -> bytes:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=seconds) as sock:
+                sock.sendall(payload)
+                received = b""
+                while chunk := sock.recv(4096):  # a socket.timeout here means the server kept it open
+                    received += chunk
+                return received
+
+        assert closed_within(b"") == b""  # half-open: never sends a byte
+        assert closed_within(b"POST /sessions HTTP/1.1\r\nHost: x\r\n") == b""  # headers never finished
+        answer = closed_within(b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in answer
+        http = requests.Session()  # an ordinary keep-alive client is unaffected
+        assert http.get(server.url + "/health").status_code == 200
+        time.sleep(0.5)
+        assert http.get(server.url + "/health").status_code == 200
+        from websockets.sync.client import connect
+
+        with connect(server.url.replace("http", "ws") + "/ws", open_timeout=10) as ws:  # a session outlives the limit
+            for _ in range(2):
+                ws.send(json.dumps({"type": "reset", "data": {}}))
+                assert json.loads(ws.recv(timeout=10))["data"]["observation"]["text"] == "ready"
+                time.sleep(1.5)
+
+
+def test_a_4mb_map_is_refused_before_any_work():
+    with InProcessServer(build_app("ERL-FrozenLake-v0")) as server:
+        url = server.url
+        sid = requests.post(url + "/sessions").json()["session_id"]
+        huge = {"seed": 0, "options": {"map": "S" + "F" * 4_000_000 + "G"}}
+        for path in (f"/sessions/{sid}/reset", "/reset"):
+            response = requests.post(url + path, json=huge)
+            assert response.status_code == 413 and "more than this server accepts" in response.json()["error"]
+    with InProcessServer(build_app("ERL-FrozenLake-v0", max_body_bytes=8 << 20)) as server:
+        url = server.url
+        sid = requests.post(url + "/sessions").json()["session_id"]
+        for path in (f"/sessions/{sid}/reset", "/reset"):
+            response = requests.post(url + path, json=huge)
+            assert response.status_code == 400 and "maps up to 16 per side" in response.json()["error"]
+        assert requests.post(f"{url}/sessions/{sid}/reset", json={"seed": 1}).status_code == 200
+
+
+def test_a_reply_with_lone_surrogates_never_breaks_an_answer():
+    """Through --reflection, the failed attempt's trace quotes the reply in the reflection request: every answer is
+    still UTF-8 JSON, and the step it answers was applied once."""
+    with InProcessServer(build_app("ERL-FrozenLake-v0", reflection=True)) as server:
+        url = server.url
+        sid = requests.post(url + "/sessions").json()["session_id"]
+        requests.post(f"{url}/sessions/{sid}/reset", json={"seed": 0})
+        body = json.dumps({"action": {"text": "```Up``` \ud800 no"}})  # json.dumps writes the \\ud800 escape
+        phases = []
+        for _ in range(12):
+            response = requests.post(f"{url}/sessions/{sid}/step", data=body,
+                                     headers={"content-type": "application/json"})
+            assert response.status_code == 200, response.text
+            phases.append(response.json()["observation"]["info"].get("phase"))
+            response.json()["observation"]["text"].encode("utf-8")
+            if phases[-1] == "reflect":
+                break
+        assert phases[-1] == "reflect"

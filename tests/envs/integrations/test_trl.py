@@ -251,3 +251,26 @@ def test_smollm2_trains_two_steps_through_trl_tools(tmp_path):
               f"failure frequency {entry['tools/failure_frequency']:.2f}, env reward {entry['rewards/ERLFrozenLakeEnv/mean']}")
     for seed, actions, reward, _ in episodes:
         assert _replay(seed, actions, size=2, max_steps=3) == reward
+
+
+def test_the_answer_tool_only_ever_answers():
+    """The answer tool's text is the answer: tool-call syntax inside it never runs a search, and a brace inside it
+    never cuts the answer short; what scoring ignores (punctuation) is all that is dropped."""
+    Env = make_trl_environment("ERL-HotpotQA-v0", data="synthetic", num_questions=5)
+    for text in ["<search>Mouthurk</search>", '{"name": "search", "arguments": {"query": "x"}}',
+                 "<tool_call>{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}</tool_call>",
+                 "Paris} \\boxed{London", "plain answer"]:
+        env = Env()
+        env.reset(seed=0)
+        reply = env.answer(text)
+        assert "Search results" not in reply and "The episode is over" in reply, (text, reply)
+        assert env._env.unwrapped._done  # the attempt ended with this answer, not a search turn
+
+
+def test_a_refused_reset_leaves_the_trl_env_usable():
+    Env = make_trl_environment("ERL-FrozenLake-v0", **SMALL)
+    env = Env()
+    with pytest.raises(ValueError, match="no such option"):
+        env.reset(seed=1, options={"no such option": 1})
+    assert env.reset(seed=2) == gym.make("ERL-FrozenLake-v0", **SMALL).reset(seed=2)[0]
+    assert isinstance(env.move("Up"), str)

@@ -272,3 +272,104 @@ def test_synthetic_argument_checks():
         generate_synthetic(5, num_paragraphs=1)
     assert all(len(q.paragraphs) == 4 for q in generate_synthetic(5, num_paragraphs=4))
     assert isinstance(generate_synthetic(1)[0], Question)
+
+
+# --- the overlap check's question key, BOM, oversized lines, bad supporting facts, lone surrogates -------------------
+
+import html  # noqa: E402
+import warnings  # noqa: E402
+
+from erl_envs.qa.data import question_key  # noqa: E402
+
+
+def _fullwidth(word: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in word)
+
+
+def _variants(question: str) -> dict[str, str]:
+    """The same question as another file may hold it: each one a single edit a copy, a web page or an editor makes."""
+    words = question.split(" ")
+    third = min(2, len(words) - 1)
+    long_word = max(range(len(words)), key=lambda i: len(words[i]))
+    w = words[long_word]
+    return {
+        "zero-width space": " ".join(words[:third] + [words[third] + "\u200b"] + words[third + 1:]),
+        "soft hyphen": " ".join(words[:long_word] + [w[:len(w) // 2] + "\u00ad" + w[len(w) // 2:]]
+                                + words[long_word + 1:]),
+        "word joiner and BOM": "\ufeff" + question.replace(" ", " \u2060", 1),
+        "hyphen for a space": question.replace(" ", "-", 1) if "-" not in question else question.replace("-", " "),
+        "en dash for a hyphen": question.replace(" ", "\u2013", 1),
+        "HTML entities": html.escape(question),
+        "fullwidth letters": " ".join(words[:third] + [_fullwidth(words[third])] + words[third + 1:]),
+        "no-break space": question.replace(" ", "\u00a0", 2),
+        "spaces around": f"  {question} ",
+    }
+
+
+def test_the_question_key_sees_through_invisible_and_typographic_variants(hotpotqa_sample):
+    """Each variant of each of 300 real questions gets the original's key, so a copy of a held-out question made
+    that way is caught by the overlap check."""
+    questions = [q.question for q in load_questions(hotpotqa_sample / "dev_distractor_sample_train.jsonl")]
+    missed, tried = Counter(), Counter()
+    for question in questions:
+        for name, variant in _variants(question).items():
+            if variant != question:  # (a question with nothing to escape has no HTML variant)
+                tried[name] += 1
+                missed[name] += question_key(variant) != question_key(question)
+    assert min(tried.values()) >= 50 and len(tried) == len(_variants("a b c")), tried
+    assert sum(missed.values()) == 0, dict(missed)
+    copied = [Question(id=f"copy-{i}", question=_variants(q)["zero-width space"], answers=("x",))
+              for i, q in enumerate(questions)]
+    assert len(shared := __import__("erl_envs.qa.data", fromlist=["shared_questions"]).shared_questions(
+        load_questions(hotpotqa_sample / "dev_distractor_sample_train.jsonl"), copied)) == len(questions), len(shared)
+
+
+def test_the_question_key_tells_1000_distinct_questions_apart(hotpotqa_sample, paper_tasks):
+    texts = {q.question.strip() for name in ("train", "dev")
+             for q in load_questions(hotpotqa_sample / f"dev_distractor_sample_{name}.jsonl")}
+    texts |= {q.strip() for q in pd.read_parquet(paper_tasks / "hotpotqa_val_first1024.parquet")["question"]}
+    assert len(texts) >= 1000
+    keys = Counter(question_key(text) for text in texts)
+    assert [key for key, count in keys.items() if count > 1] == []
+
+
+def test_a_utf8_bom_is_read(tmp_path):
+    for name, text in (("q.jsonl", json.dumps(HF_RECORD) + "\n"), ("q.json", json.dumps([HF_RECORD]))):
+        path = tmp_path / name
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+        assert load_questions(path)[0].id == "q1"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "p", "title": "T", "text": "x"}).encode() + b"\n")
+    assert load_corpus(corpus)[0].id == "p"
+
+
+def test_a_line_larger_than_a_record_may_be_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    from erl_envs.qa import data
+
+    monkeypatch.setattr(data, "MAX_RECORD_BYTES", 10_000)
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(HF_RECORD) + "\n" + json.dumps({**HF_RECORD, "id": "big", "answer": "x" * 50_000})
+                    + "\n")
+    with pytest.raises(DataError, match="q.jsonl, line 2: longer than 10,000 bytes"):
+        load_questions(path)
+
+
+def test_supporting_facts_that_miss_their_paragraphs_are_named_at_load():
+    bad = {**HF_RECORD, "id": "q-bad",
+           "supporting_facts": {"title": ["Osk Works", "Nowhere", "Dulind"], "sent_id": [0, 0, 7]}}
+    with pytest.warns(RuntimeWarning, match=r"data: 2 supporting facts do not match their question's paragraphs "
+                                            r"\(record 1: 'Nowhere' is not one of its paragraphs"):
+        questions = load_questions([HF_RECORD, bad])
+    assert questions[1].supporting_facts == (("Osk Works", 0), ("Nowhere", 0), ("Dulind", 7))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_questions([HF_RECORD, OFFICIAL_RECORD])  # facts that fit: no warning
+
+
+def test_lone_surrogates_in_the_data_never_reach_a_question_or_passage(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({**HF_RECORD, "question": "Which city \ud800 hosts it?"}) + "\n")  # the \\ud800 escape
+    question = load_questions(path)[0]
+    question.question.encode("utf-8")
+    for passage in question.paragraphs:
+        passage.text.encode("utf-8")

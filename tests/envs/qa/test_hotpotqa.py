@@ -454,3 +454,64 @@ def test_paper_protocol_system_prompts_describe_the_tool_and_carry_it_into_refle
     *_, info = wrapped.step("<prompt>Search for the founding city first.</prompt>")
     assert info["system_prompt"] == "Search for the founding city first.\n" + qa_prompts.paper_reminder()
     assert make().unwrapped.instructions == qa_prompts.QA_INSTRUCTIONS  # the extended protocol keeps ours
+
+
+# --- search quality and cost in distractor mode ----------------------------------------------------------------
+
+
+def test_the_env_searches_with_lucenes_idf_and_keeps_okapi_on_request():
+    assert HotpotQAEnv(data=QUESTIONS).unwrapped._source.index.idf_kind == "lucene"
+    env = HotpotQAEnv(data=QUESTIONS, mode="distractor", idf="okapi")
+    env.reset(options={"index": 0})
+    assert env._index.idf_kind == "okapi"
+    with pytest.raises(ValueError, match="idf must be one of"):
+        HotpotQAEnv(data=QUESTIONS, idf="bm42")
+
+
+@pytest.mark.parametrize("idf", ["lucene", "okapi"])
+def test_an_exact_title_search_in_distractor_mode_finds_its_passage_in_the_top_5(hotpotqa_sample, idf):
+    """Every paragraph of 600 real questions, searched for by its exact title in its question's distractor index,
+    is in the top 5 every time, whichever idf (BM25 alone misses 18 with lucene's idf and more with okapi's:
+    benchmarks/results/hotpotqa_search.md)."""
+    env = HotpotQAEnv(data=str(hotpotqa_sample / "dev_distractor_sample_train.jsonl"), mode="distractor", idf=idf)
+    other = HotpotQAEnv(data=str(hotpotqa_sample / "dev_distractor_sample_dev.jsonl"), mode="distractor", idf=idf)
+    misses, searches = [], 0
+    for source in (env, other):
+        for position in range(len(source.questions)):
+            source.reset(options={"index": position})
+            for title in [p.title for p in source._passages]:
+                searches += 1
+                if title not in [result["title"] for result in source._search(title, 5)[1]]:
+                    misses.append((source.questions[position].id, title))
+    assert searches >= 5_900 and misses == [], misses[:5]
+
+
+def test_a_questions_index_is_built_once_and_shared(monkeypatch):
+    built = []
+    real_init = BM25Index.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(len(args[0]))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(BM25Index, "__init__", counting)
+    env = HotpotQAEnv(data="synthetic", num_questions=4, seed=3, mode="distractor")
+    twin = HotpotQAEnv(data="synthetic", num_questions=4, seed=3, mode="distractor")
+    for seed in range(3):
+        env.reset(options={"index": 1})
+        twin.reset(options={"index": 1})
+        env.step("<search>anything</search>")
+    assert len(built) == 1  # one question, one index, whatever the resets and the envs
+    env.reset(options={"index": 2})
+    assert len(built) == 2
+
+
+def test_a_lone_surrogate_in_the_data_never_reaches_an_observation(tmp_path):
+    record = {**QUESTIONS[1], "question": "Which river flows \ud800 near Osk Works?"}
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    env = HotpotQAEnv(data=str(path))
+    obs, _ = env.reset(seed=0)
+    obs.encode("utf-8")
+    obs, *_ = env.step("<search>Osk Works</search>")
+    obs.encode("utf-8")

@@ -37,7 +37,7 @@ def tmp_cache(tmp_path, monkeypatch):
 
 def assert_matches_reference(texts, queries, tokenizer=TOKENIZE, **params):
     index = BM25Index(texts, tokenizer=tokenizer, **params)
-    reference = BM25Okapi([tokenizer(t) for t in texts], **params)
+    reference = BM25Okapi([tokenizer(t) for t in texts], **{k: v for k, v in params.items() if k != "idf"})
     for q in queries:
         np.testing.assert_allclose(index.scores(q), reference.get_scores(tokenizer(q)), rtol=0, atol=1e-6)
 
@@ -264,3 +264,55 @@ def test_folding_tokenizer_normalises_unicode_and_is_off_by_default():
     texts = ["Zoë Saldaña acted", "Other text here", "More words", "Still more"]
     assert BM25Index(texts, tokenizer=Tokenizer(fold=True)).search("zoe saldana")[0][0] == 0
     assert BM25Index(texts).search("zoe saldana") == []
+
+
+# --- idf="lucene": always positive ---------------------------------------------------------------------------------
+
+
+def lucene_reference(texts, query, k1=1.5, b=0.75, tokenizer=TOKENIZE):
+    """Scores computed term by term from Lucene's idf and BM25's term-frequency part, independently of the index."""
+    docs = [tokenizer(t) for t in texts]
+    n, avgdl = len(docs), sum(map(len, docs)) / len(docs)
+    scores = np.zeros(n)
+    for term in tokenizer(query):
+        df = sum(term in d for d in docs)
+        idf = np.log(1 + (n - df + 0.5) / (df + 0.5))
+        for i, d in enumerate(docs):
+            tf = d.count(term)
+            scores[i] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / avgdl)) if tf else 0.0
+    return scores
+
+
+def test_lucene_scores_follow_the_formula_and_every_idf_is_positive(hotpotqa_sample):
+    texts = random_corpus(200, seed=4)
+    index = BM25Index(texts, idf="lucene")
+    assert (index.idf > 0).all() and index.idf_kind == "lucene"
+    for query in ["w1 w2 w3", "common", "common w50 w50", "w7 nothing"]:
+        np.testing.assert_allclose(index.scores(query), lucene_reference(texts, query), rtol=0, atol=1e-9)
+    real = []
+    for line in (hotpotqa_sample / "dev_distractor_sample_dev.jsonl").read_text().splitlines()[:20]:
+        record = json.loads(line)
+        real += [f"{t}\n{''.join(s)}" for t, s in zip(record["context"]["title"], record["context"]["sentences"])]
+    index = BM25Index(real, idf="lucene", k1=1.2, b=0.5)
+    np.testing.assert_allclose(index.scores(record["question"]), lucene_reference(real, record["question"], 1.2, 0.5),
+                               rtol=0, atol=1e-9)
+
+
+def test_okapi_stays_rank_bm25s_and_lucene_finds_what_okapi_cannot():
+    texts = random_corpus()
+    assert_matches_reference(texts, ["w1 w2", "common"], idf="okapi")
+    # A term in exactly half the passages: okapi's idf is 0, so a 2-passage corpus cannot be searched at all.
+    assert BM25Index(["one", "two"], idf="okapi").search("one") == []
+    assert [pid for pid, _ in BM25Index(["one", "two"], idf="lucene").search("one")] == [0]
+    with pytest.raises(ValueError, match="idf must be one of"):
+        BM25Index(texts, idf="tfidf")
+
+
+def test_the_cache_keeps_okapi_and_lucene_indexes_apart(tmp_path):
+    texts = ["one two", "three"]
+    okapi = BM25Index.cached(texts, cache_dir=tmp_path)
+    lucene = BM25Index.cached(texts, cache_dir=tmp_path, idf="lucene")
+    assert okapi is not lucene and okapi.cache_key != lucene.cache_key
+    assert okapi.cache_key == BM25Index.content_key(texts, [0, 1], Tokenizer().cache_key, 1.5, 0.75, 0.25)
+    assert BM25Index.load(tmp_path / f"{lucene.cache_key}.npz", texts, idf="lucene").idf.tolist() == \
+        lucene.idf.tolist()

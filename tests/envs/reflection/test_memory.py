@@ -262,6 +262,20 @@ def test_pool_memory_rejects_bad_data(data, match):
         PoolMemory.from_dict(data)
 
 
+def test_a_memory_file_with_an_absurd_slot_count_is_refused_by_name(tmp_path):
+    """``slots: 100000000000`` would allocate a list of 10^11 entries: refused with the bound, before any work."""
+    from erl_agents.config import MAX_MEMORY_SLOTS
+    from erl_envs.reflection.memory import MAX_SLOTS, PoolMemory
+
+    assert MAX_SLOTS == MAX_MEMORY_SLOTS  # the trainer's config and the memory agree on the bound
+    path = tmp_path / "memory.json"
+    path.write_text(json.dumps({"kind": "PoolMemory", "version": 1, "slots": 10**11, "prompts": {}}))
+    with pytest.raises(ValueError, match=f"memory.json.*slots must be a positive int of at most {MAX_SLOTS:,}, "
+                                         f"got 100000000000"):
+        load_memory(path)
+    assert len(PoolMemory(MAX_SLOTS).to_dict()["prompts"]) == 0
+
+
 def test_wrappers_with_pool_handles_write_only_their_episodes_slot():
     import gymnasium as gym
 

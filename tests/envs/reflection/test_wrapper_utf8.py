@@ -40,3 +40,23 @@ def test_to_jsonable_scrubs_strings_and_keys_at_any_depth():
     json.dumps(clean, ensure_ascii=False).encode("utf-8")
     assert clean == {"k?": ["a?", ["?"], {"x": ["?"]}]}
     assert to_jsonable("plain") == "plain"
+
+
+@pytest.mark.parametrize("env_id,action,kwargs", [
+    ("ERL-FrozenLake-v0", f"```Up``` {LONE}", {"size": 3}),
+    ("ERL-Sokoban-v0", f"{LONE}```Left```", {"size": 6}),
+    ("ERL-HotpotQA-v0", f"<search>x{LONE}</search>", {"data": "synthetic", "max_turns": 2}),
+])
+def test_a_lone_surrogate_never_reaches_the_reflection_request(env_id, action, kwargs):
+    """The request quotes the failed attempt's replies; it goes to the model and over the wire, so it is UTF-8."""
+    env = ReflectionWrapper(gym.make(env_id, **kwargs))
+    env.reset(seed=3)
+    for _ in range(50):
+        obs, _, terminated, truncated, info = env.step(action)
+        if info.get("phase") == "reflect":
+            obs.encode("utf-8")
+            info["system_prompt"].encode("utf-8")
+            json.dumps(to_jsonable(info), ensure_ascii=False).encode("utf-8")
+            return
+        assert not (terminated or truncated), "the first attempt ended without a reflection request"
+    pytest.fail("no reflection request")
