@@ -134,8 +134,10 @@ def evaluate(
     constrained: bool = False,
     max_seq_len: int = 8192,
     kv_reuse: bool = True,
+    response_budget: int = 0,
 ) -> dict[str, float]:
-    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes."""
+    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes
+    (``response_budget``: as in training, see ``run_episodes``)."""
     resets = [task for task in tasks for _ in range(samples)]
     owners = [i for i in range(len(tasks)) for _ in range(samples)]
     returns, successes, tokens = [], [], 0
@@ -143,7 +145,8 @@ def evaluate(
     for start in range(0, len(resets), len(envs)):
         chunk = resets[start:start + len(envs)]
         episodes = run_episodes(policy, envs[: len(chunk)], chunk, owners[start:start + len(chunk)], sampling,
-                                constrained=constrained, max_seq_len=max_seq_len, table=table, kv_reuse=kv_reuse)
+                                constrained=constrained, max_seq_len=max_seq_len, table=table, kv_reuse=kv_reuse,
+                                response_budget=response_budget)
         for episode in episodes:
             returns.append(episode.returns)
             successes.append(float(episode.success))
