@@ -62,7 +62,7 @@ class TrainConfig:
     reflect_temperature: float = 0.5  # reflections (paper: 0.5, top-p 0.9)
     reflect_top_p: float = 0.9
     reflect_max_new_tokens: int = 1024
-    response_budget: int = 0  # tokens of an attempt after its opening (replies + env turns); a cut reply ends it; 0 = off
+    response_budget: int = 0  # tokens an attempt may add after its opening (replies, env turns); 0 = off
     constrained_actions: bool = False  # restrict replies to the env's valid action strings when it declares them
     max_seq_len: int = 8192  # a conversation reaching this stops generating; its remaining turns are empty replies
     kv_reuse: bool = True  # keep each conversation's KV cache across turns (same samples; off re-reads every turn)
@@ -111,7 +111,7 @@ class TrainConfig:
     episode_token_limit: int = 0  # model tokens a training episode may generate before it ends with reward 0; 0 = off
     max_sampled_tokens: int = 0  # stop once training rollouts sampled this many tokens (resume included); 0 = off
     # --- scaling out: precision, memory, data parallel (torchrun), LoRA ---
-    precision: str = "auto"  # autocast when dtype leaves it open: auto (bf16 on capable GPUs, fp32 on CPU), bf16, fp16, fp32
+    precision: str = "auto"  # autocast if dtype leaves it open: auto (bf16 on a capable GPU), bf16, fp16, fp32
     max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
     backend: str = "auto"  # torch.distributed backend under torchrun: auto (nccl on cuda, gloo on cpu), gloo, nccl
     lora_r: int = 0  # LoRA rank (needs the lora extra); 0 trains all weights

@@ -422,15 +422,15 @@ def run_episodes(
             params = reflect_sampling if reflect else sampling
             # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
             budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
-            # Each attempt's reply may also use no more than what is left of its response budget.
-            limits = [budget if reflect or not response_budget else min(budget, _room(live[i], response_budget))
-                      for i in members]
-            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(max(limits), 1))
+            # Each attempt's reply may also use no more than what is left of its response budget (its room).
+            rooms = [_room(live[i], response_budget) if response_budget and not reflect else budget + 1
+                     for i in members]
+            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(min(budget, max(rooms)), 1))
             out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
                                    prefixes=_hand_over_prefixes(live, members) if kv_reuse else None)
-            for i, reply, limit in zip(members, out, limits):
-                if response_budget and not reflect and len(reply.ids) >= limit:
-                    _cut_at_budget(live[i], reply, limit)
+            for i, reply, room in zip(members, out, rooms):
+                if room <= budget and len(reply.ids) >= room:
+                    _cut_at_budget(live[i], reply, room)
                 live[i].prefix, reply.prefix = reply.prefix, None
             replies.update(zip(members, out))
         timing["generation"] += time.perf_counter() - clock
@@ -493,7 +493,8 @@ def _cut_at_budget(state: _Live, reply: Reply, limit: int) -> None:
     """A reply that reached its attempt's response budget: cut there (as verl cuts the completion at max_tokens),
     and its step will be the attempt's last (``finish_reason == "length"`` in the reference)."""
     if len(reply.ids) > limit:
-        reply.ids, reply.logprobs, reply.constraints = reply.ids[:limit], reply.logprobs[:limit], reply.constraints[:limit]
+        reply.ids, reply.logprobs = reply.ids[:limit], reply.logprobs[:limit]
+        reply.constraints = reply.constraints[:limit]
         reply.finished = False
     reply.prefix = None
     state.conversation.response_cut = True

@@ -223,7 +223,8 @@ def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, worl
     ``ppo_mini_batch_size`` > 0 is verl's schedule, which the paper's runs used: the batch is cut, in rollout order
     and without shuffling, into consecutive blocks of ``ppo_mini_batch_size x group_size`` rows (split over the
     ranks, as verl divides it by the data-parallel size). RLVR's 64 tasks x 10 rows make one block; ERL's 256 first
-    attempts plus a reflection, a retry and a distilled copy per failed attempt make 1-4, the later ones off-policy.
+    attempts plus, per failed one, four rows (paper rows: the reflection twice, the retry, its distilled copy) make
+    1-5, the later ones off-policy.
     Otherwise the trainable rows are cut into ``minibatches`` equal parts, shuffled when ``shuffle``. Every rank
     gets the same number of mini-batches (some possibly empty), so their gradient all-reduces pair up.
     """

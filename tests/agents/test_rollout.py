@@ -223,7 +223,7 @@ def test_a_reply_that_reaches_the_response_budget_is_cut_and_ends_its_attempt(po
                               table=ConstraintTable(), response_budget=1)
     (trajectory,) = episode.trajectories
     assert trajectory.num_model_tokens == 1 and trajectory.response_cut  # one token, and no second turn of three
-    assert trajectory.truncated_replies == 1 and episode.returns == 0.0  # a cut reply is not a door
+    assert trajectory.truncated_replies == 1  # closed with an end-of-turn token the model did not write
 
 
 def test_an_attempt_ends_when_its_next_turn_would_have_no_room(policy):
@@ -238,6 +238,10 @@ def test_an_attempt_ends_when_its_next_turn_would_have_no_room(policy):
                               table=ConstraintTable(), response_budget=reply + turn + 1)
     (trajectory,) = episode.trajectories
     assert trajectory.num_model_tokens == reply + 1 and trajectory.truncated_replies == 1 and trajectory.response_cut
+    # A reply cut by max_new_tokens while its attempt has room left is an ordinary truncated reply.
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 2), response_budget=1000)
+    (trajectory,) = episode.trajectories
+    assert policy.tokenizer.decode(trajectory.tokens).count("<|assistant|>") == 3 and not trajectory.response_cut
     # Without a budget the episode plays its three turns.
     (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
                               table=ConstraintTable())
@@ -248,7 +252,7 @@ def test_an_attempt_ended_by_the_budget_is_reflected_on_and_retried(policy):
     from erl_envs.reflection import ReflectionWrapper
 
     env, _, _ = _budget_setup(policy)
-    wrapper = ReflectionWrapper(env)
+    wrapper = ReflectionWrapper(env, gate_threshold=3.0)  # one step can never pass the gate: attempt 1 fails
     (episode,) = run_episodes(policy, [wrapper], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8),
                               SamplingParams(0.5, 0.9, 0, 5), constrained=True, table=ConstraintTable(),
                               response_budget=1)

@@ -216,7 +216,7 @@ def test_epochs_play_each_training_task_once_per_epoch(tmp_path, monkeypatch):
     assert [row["step"] for row in rows] == [1, 2, 3, 4]
     steps = [played[k:k + 4] for k in range(0, 16, 4)]  # 2 tasks x 2 samples a step, a task's samples together
     assert all(step[0] == step[1] and step[2] == step[3] for step in steps)
-    epochs = [[s[0] for s in steps[:2]] + [s[2] for s in steps[:2]], [s[0] for s in steps[2:]] + [s[2] for s in steps[2:]]]
+    epochs = [[s[k] for s in steps[e:e + 2] for k in (0, 2)] for e in (0, 2)]
     assert all(len(set(e)) == 4 and set(e) <= set(range(5)) for e in epochs) and epochs[0] != epochs[1]
     # --steps stops a run early, in the same order.
     short = Trainer(_run_config(tmp_path, "short", steps=1, epochs=2, epoch_tasks=5, tasks_per_step=2, n_rlvr=2,
