@@ -486,9 +486,11 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # Its HotpotQA script also trains in fp16 mixed precision (fsdp_config.dtype float16, with a loss scaler) for
     # total_epochs=100 over the train split (90,447 questions: 1,413 steps an epoch); its solver writes at most 2,048
     # tokens a reply over at most 5 turns, in its own loop (no episode budget), and its reflection at most 8,192
-    # (that script's data.max_response_length).
+    # (that script's data.max_response_length). It leaves n_parallel_tasks at rLLM's 256: a pool of 256 workers,
+    # so 256 memory slots.
     ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32, dtype="float16", epochs=100,
                                                 max_new_tokens=2048, response_budget=0, reflect_max_new_tokens=8192,
+                                                memory_slots=256,
                                                 env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,

@@ -336,6 +336,7 @@ def test_paper_preset_runs_the_reference_scripts_and_cpu_tiny_stays_as_it_was():
     hotpot = build_config({"preset": "paper-qwen3-4b", "env": "ERL-HotpotQA-v0"})
     assert (hotpot.dtype, hotpot.epochs, hotpot.rows, hotpot.ppo_mini_batch_size) == ("float16", 100, "paper", 32)
     assert (hotpot.max_new_tokens, hotpot.response_budget, hotpot.reflect_max_new_tokens) == (2048, 0, 8192)
+    assert hotpot.memory_slots == 256  # rLLM's default n_parallel_tasks, which its HotpotQA script keeps
     for preset in ("cpu-tiny", "cpu-smol"):
         cfg = build_config({"preset": preset})
         assert (cfg.rows, cfg.logprob_temperature, cfg.epochs, cfg.response_budget) == ("erl", "sampled", 0, 0)
