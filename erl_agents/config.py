@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from erl_agents.accelerator import DTYPES, PRECISIONS, precision_conflict
+
 __all__ = ["TrainConfig", "PRESETS", "ENV_PRESETS", "ALGOS", "RULES", "JOINT_RULES", "Rule", "validate_fields",
            "build_config", "load_config_file", "config_to_dict"]
 
@@ -35,8 +37,10 @@ class TrainConfig:
     resume_changes: str = ""  # with --resume: fields allowed to differ from the run's config.json (comma-separated; all)
     overwrite: bool = False  # without --resume: replace the run already in --output (its files are deleted), not refuse
     # --- the loop ---
-    steps: int = 200  # training steps (one rollout batch and one update each)
+    steps: int = 200  # training steps (one rollout batch and one update each); 0 with epochs: until the epochs end
     tasks_per_step: int = 64  # distinct task instances per step (paper: batch 64)
+    epochs: int = 0  # passes over the training task list, each task once per pass in seeded order; 0: fresh draws
+    epoch_tasks: int = 10000  # with epochs, the list's size where tasks are generator seeds (reference lists: 10,000)
     n_rlvr: int = 10  # first attempts per task for rlvr (paper: 10)
     n_erl: int = 4  # first attempts per task for erl (paper: 4; each may add a reflection and a retry)
     # --- ERL ---
@@ -51,6 +55,7 @@ class TrainConfig:
     memory_rule: str = "project"  # <prompt> block, reminder and memory writes: project, or paper (the reference's)
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
     distill_coef: float = 1.0  # weight of the reverse_kl consolidation term
+    rows: str = "erl"  # erl: rows as the paper describes them; paper: the reference code's batch (docs/fidelity.md)
     # --- sampling ---
     temperature: float = 0.7  # training rollouts (paper: 0.7)
     top_p: float = 1.0
@@ -59,6 +64,7 @@ class TrainConfig:
     reflect_temperature: float = 0.5  # reflections (paper: 0.5, top-p 0.9)
     reflect_top_p: float = 0.9
     reflect_max_new_tokens: int = 1024
+    response_budget: int = 0  # tokens an attempt may add after its opening (replies, env turns); 0 = off
     constrained_actions: bool = False  # restrict replies to the env's valid action strings when it declares them
     max_seq_len: int = 8192  # a conversation reaching this stops generating; its remaining turns are empty replies
     kv_reuse: bool = True  # keep each conversation's KV cache across turns (same samples; off re-reads every turn)
@@ -71,6 +77,7 @@ class TrainConfig:
     clip_high: float = 0.28  # PPO ratio clip above 1 (paper: 0.28, "clip-higher")
     clip_ratio_c: float = 3.0  # dual-clip: a negative advantage's loss is capped at -A * c (verl, paper: 3.0); 0 = off
     kl_coef: float = 0.001  # k3 KL to the frozen initial policy (paper: 0.001); 0 keeps no reference model
+    logprob_temperature: str = "sampled"  # update scores each row at: sampled (its own temperature), rollout (verl)
     entropy_coef: float = 0.0  # entropy bonus (paper: 0)
     advantage: str = "grpo"  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean; raft: max(r, 0)
     single_member: str = "reward"  # a group of one gets its raw reward (verl, the paper's code) or "zero"
@@ -95,7 +102,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     save_final_model: bool = True  # save_pretrained the trained policy into OUTPUT/final_model
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: str = "auto"  # model weights when loading a real model (auto, float32, bfloat16)
+    dtype: str = "auto"  # training precision: bfloat16/float16 = fp32 weights + autocast; bfloat16-lossy-storage
     threads: int = 0  # torch CPU threads; 0 = all cores
     progress: bool = True  # tqdm bar
     time_limit_min: float = 0.0  # stop (checkpoint, final eval) after this many minutes of training (eval excluded); 0 = off
@@ -106,7 +113,7 @@ class TrainConfig:
     episode_token_limit: int = 0  # model tokens a training episode may generate before it ends with reward 0; 0 = off
     max_sampled_tokens: int = 0  # stop once training rollouts sampled this many tokens (resume included); 0 = off
     # --- scaling out: precision, memory, data parallel (torchrun), LoRA ---
-    precision: str = "auto"  # forward-pass autocast: auto (bf16 on GPUs that support it, fp32 on CPU), bf16, fp32
+    precision: str = "auto"  # autocast if dtype leaves it open: auto (bf16 on a capable GPU), bf16, fp16, fp32
     max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
     backend: str = "auto"  # torch.distributed backend under torchrun: auto (nccl on cuda, gloo on cpu), gloo, nccl
     lora_r: int = 0  # LoRA rank (needs the lora extra); 0 trains all weights
@@ -217,8 +224,11 @@ RULES: dict[str, Rule] = {
     "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
                            lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
                                          name.strip()), resume="free"),
-    "steps": _at_least(1, _MANY_STEPS, resume="free"),
+    "steps": Rule(int, f"non-negative (0: every epoch of epochs) and at most {_MANY_STEPS:,}",
+                  lambda v: 0 <= v <= _MANY_STEPS, resume="free"),
     "tasks_per_step": _at_least(1, _MANY_TASKS),
+    "epochs": _off_or_more(1_000_000),
+    "epoch_tasks": _at_least(1, 1 << 30),
     "n_rlvr": _at_least(1, 1024),
     "n_erl": _at_least(1, 1024),
     "reflector": _one_of("policy", "rule", "plan"),
@@ -231,6 +241,7 @@ RULES: dict[str, Rule] = {
     "memory_threshold": _ANY_REAL,
     "distill": _one_of("imitation", "reverse_kl"),
     "distill_coef": _off_or_more(kind=float),
+    "rows": _one_of("erl", "paper"),
     "temperature": _positive(),
     "top_p": _fraction(low_open=True, high_open=False),
     "top_k": _off_or_more(1 << 24),
@@ -238,6 +249,7 @@ RULES: dict[str, Rule] = {
     "reflect_temperature": _positive(),
     "reflect_top_p": _fraction(low_open=True, high_open=False),
     "reflect_max_new_tokens": _at_least(1, _MANY_TOKENS),
+    "response_budget": _off_or_more(_MANY_TOKENS),
     "constrained_actions": _FLAG,
     "kv_reuse": _FREE_FLAG,  # the same samples either way: a speed switch
     "max_seq_len": _at_least(2, _MANY_TOKENS),
@@ -248,6 +260,7 @@ RULES: dict[str, Rule] = {
     "clip_low": _fraction(low_open=False, high_open=True),
     "clip_high": _off_or_more(kind=float),
     "kl_coef": _off_or_more(kind=float),
+    "logprob_temperature": _one_of("sampled", "rollout"),
     "entropy_coef": _off_or_more(kind=float),
     "advantage": _one_of("grpo", "dr_grpo", "raft"),
     "single_member": _one_of("reward", "zero"),
@@ -272,7 +285,7 @@ RULES: dict[str, Rule] = {
     "keep_checkpoints": _off_or_more(1_000_000, resume="free"),
     "save_final_model": _FREE_FLAG,
     "device": _one_of("auto", "cpu", "cuda", resume="free"),
-    "dtype": _one_of("auto", "float32", "bfloat16", "float16"),
+    "dtype": _one_of(*DTYPES),
     "threads": _off_or_more(4096, resume="free"),
     "progress": _FREE_FLAG,
     "time_limit_min": _off_or_more(kind=float, resume="free"),
@@ -280,7 +293,7 @@ RULES: dict[str, Rule] = {
     "mask_truncated": _FLAG,
     "episode_time_limit": _off_or_more(kind=float),
     "episode_token_limit": _off_or_more(10**15),
-    "precision": _one_of("auto", "bf16", "fp32"),
+    "precision": _one_of(*PRECISIONS),
     "max_tokens_per_micro_batch": _off_or_more(1 << 30, resume="free"),
     "backend": _one_of("auto", "gloo", "nccl", resume="free"),
     "lora_r": _off_or_more(65_536, resume="never"),
@@ -296,6 +309,12 @@ RULES: dict[str, Rule] = {
 
 # Rules that tie fields together: (the fields, the check on the config, what is allowed).
 JOINT_RULES: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
+    (("steps", "epochs"), lambda c: c.steps > 0 or c.epochs > 0,
+     "a length: steps at least 1, or steps 0 with epochs at least 1 (the run then lasts the epochs)"),
+    (("dtype", "precision"), lambda c: precision_conflict(c.dtype, c.precision) is None,
+     "one compute dtype (dtype bfloat16 goes with precision auto or bf16, float16 with auto or fp16)"),
+    (("rows", "distill"), lambda c: c.rows != "paper" or c.distill == "imitation",
+     "imitation consolidation with paper rows (the reference has no reverse_kl)"),
     (("ppo_mini_batch_size", "minibatches"), lambda c: not (c.ppo_mini_batch_size and c.minibatches > 1),
      "only one of them setting the update schedule (ppo_mini_batch_size > 0 needs minibatches = 1)"),
     (("tiny_hidden", "tiny_heads"), lambda c: c.tiny_hidden % c.tiny_heads == 0,
@@ -418,18 +437,32 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "paper-qwen3-4b": dict(
         model="Qwen/Qwen3-4B-Instruct-2507",
-        steps=200,
+        # The reference scripts' length: total_epochs=10 over the 10,000 training tasks in batches of 64 (the last
+        # partial batch of an epoch dropped, as verl's loader does): 156 steps an epoch, 1,560 steps. The paper
+        # reports about 100-200 steps, so it may have stopped its runs earlier; --steps N stops at step N of the
+        # same epoch order.
+        steps=0,
+        epochs=10,
         tasks_per_step=64,
         temperature=0.7,
-        max_new_tokens=1024,
-        reflect_max_new_tokens=2048,
-        max_seq_len=16384,
+        # The budgets of the reference's CumulativeWorkflow: an attempt may add 10,240 tokens after its opening
+        # (data.max_response_length, replies and env turns together), one reply may use all that is left, and a
+        # reply cut off by it ends the attempt. A reflection (one updater call) may write 10,240 tokens.
+        max_new_tokens=10240,
+        response_budget=10240,
+        reflect_max_new_tokens=10240,
+        max_seq_len=16384,  # the reference's 6,114-token prompt limit plus the 10,240-token budget
+        rows="paper",  # the reference's batch: reflections twice, a distilled copy of every retry (docs/fidelity.md)
+        logprob_temperature="rollout",  # verl scores every row at the rollout temperature, reflections included
         lr=1e-6,
         kl_coef=0.001,
         clip_ratio_c=3.0,
         loss_agg="seq-mean-token-sum",
-        ppo_mini_batch_size=64,  # verl's schedule: RLVR's 64 x 10 rows are one step, ERL's 256 + 3F rows 1-4 steps
+        ppo_mini_batch_size=64,  # verl's schedule: RLVR's 64 x 10 rows are one step, ERL's 256 + 4F rows 1-5 steps
         micro_batch_size=4,
+        # The reference's dynamic micro-batches hold at most 24,000 tokens; here 16,384 padded tokens keep one H200's
+        # activations beside fp32 weights and moments (docs/scaling.md). The gradient does not depend on it.
+        max_tokens_per_micro_batch=16384,
         gradient_checkpointing=True,
         eval_every=5,
         eval_samples=4,
@@ -438,7 +471,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         memory_rule="paper",  # the reference's: first <prompt> block, stored with the reminder, fallbacks too
         checkpoint_every=10,
         device="cuda",
-        dtype="bfloat16",
+        dtype="bfloat16",  # fp32 weights and AdamW moments, bf16 autocast (verl's actor: fp32 master, bf16 compute)
         progress=True,
     ),
 }
@@ -474,7 +507,14 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.
     # Held-out: the reference's evaluation, all 1,024 questions of its list once each, in order (eval_set "paper").
+    # Its HotpotQA script also trains in fp16 mixed precision (fsdp_config.dtype float16, with a loss scaler) for
+    # total_epochs=100 over the train split (90,447 questions: 1,413 steps an epoch); its solver writes at most 2,048
+    # tokens a reply over at most 5 turns, in its own loop (no episode budget), and its reflection at most 8,192
+    # (that script's data.max_response_length). It leaves n_parallel_tasks at rLLM's 256: a pool of 256 workers,
+    # so 256 memory slots.
     ("paper-qwen3-4b", "ERL-HotpotQA-v0"): dict(ppo_mini_batch_size=32, eval_set="paper", eval_tasks=1024,
+                                                dtype="float16", epochs=100, max_new_tokens=2048, response_budget=0,
+                                                reflect_max_new_tokens=8192, memory_slots=256,
                                                 env_kwargs={"protocol": "paper", "answer_extraction": "paper"}),
     ("cpu-tiny", "ERL-HotpotQA-v0"): dict(
         env_kwargs={"data": "synthetic"}, eval_env_kwargs={"seed": 1}, constrained_actions=False, max_new_tokens=24,

@@ -1,14 +1,16 @@
-"""The envs a run plays, built from the config, and text drawn from them to train the tiny model's tokenizer."""
+"""The envs a run plays, built from the config, the training tasks they are reset to when a run goes by epochs, and
+text drawn from them to train the tiny model's tokenizer."""
 
 from __future__ import annotations
 
 import random
 
 import gymnasium as gym
+import numpy as np
 
-from erl_agents.evaluate import EVAL_SEED_BASE
+from erl_agents.evaluate import EVAL_SEED_BASE, Task
 
-__all__ = ["make_env", "prompt_constants", "tiny_corpus"]
+__all__ = ["make_env", "training_tasks", "epoch_steps", "epoch_batch", "prompt_constants", "tiny_corpus"]
 
 
 def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
@@ -28,6 +30,53 @@ def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
                          f"observations and actions are text (gymnasium.spaces.Text), such as the ERL-* envs")
     return env
 
+
+
+def training_tasks(env: gym.Env, count: int) -> list[Task]:
+    """The training task list a run with ``epochs`` goes through, as ``(seed, reset options)`` per task.
+
+    Where the env holds a fixed list, a task is an item of it: a question of HotpotQA's training data (option
+    ``index``), a level of a Sokoban level file such as the paper's ``sokoban_train.parquet`` (option
+    ``level_index``). FrozenLake with the paper's generator and its default sizes and p plays the reference's own
+    10,000 training rows (``erl_envs.paper_tasks.frozenlake_train_rows``: seed, size, p). Any other generator's task
+    is a reset seed, the same instance every epoch: seeds 0 .. ``count`` - 1 (the reference's lists hold 10,000).
+    """
+    from erl_envs.grid.frozen_lake import PAPER_P, PAPER_SIZE
+    from erl_envs.paper_tasks import frozenlake_train_rows
+
+    base = env.unwrapped
+    questions = getattr(base, "questions", None)
+    if questions is not None:
+        return [(i, {"index": i}) for i in range(len(questions))]
+    levels = getattr(base, "levels", None)
+    if levels:
+        return [(i, {"level_index": i}) for i in range(len(levels))]
+    paper_lake = (getattr(base, "game_name", None) == "FrozenLake" and getattr(base, "generator", None) == "paper"
+                  and tuple(np.atleast_1d(base.size)) == PAPER_SIZE and tuple(np.atleast_1d(base.p)) == PAPER_P)
+    if paper_lake:
+        return [(row["seed"], {"size": row["size"], "p": row["p"]}) for row in frozenlake_train_rows()]
+    if not 1 <= count <= EVAL_SEED_BASE:
+        raise ValueError(f"the training list of a generator must hold 1 to {EVAL_SEED_BASE} seeds, got {count}")
+    return [(i, None) for i in range(count)]
+
+
+def epoch_steps(tasks: int, tasks_per_step: int) -> int:
+    """Training steps in one epoch: a batch of ``tasks_per_step`` distinct tasks each, the last partial batch
+    dropped (verl's loader, ``drop_last=True``)."""
+    steps = tasks // tasks_per_step
+    if steps < 1:
+        raise ValueError(f"the training list holds {tasks} task(s), fewer than tasks_per_step ({tasks_per_step}): "
+                         "not one full batch per epoch")
+    return steps
+
+
+def epoch_batch(tasks: int, tasks_per_step: int, step: int, seed: int) -> list[int]:
+    """The task indices of training step ``step`` (1-based): epoch e plays every task once in an order drawn from
+    ``(seed, e)``, batch after batch. A function of the step alone, so a resumed run continues the same order."""
+    per_epoch = epoch_steps(tasks, tasks_per_step)
+    epoch, position = divmod(step - 1, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(tasks)
+    return [int(i) for i in order[position * tasks_per_step:(position + 1) * tasks_per_step]]
 
 
 def prompt_constants() -> list[str]:

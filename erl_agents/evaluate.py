@@ -174,9 +174,11 @@ def evaluate(
     constrained: bool = False,
     max_seq_len: int = 8192,
     kv_reuse: bool = True,
+    response_budget: int = 0,
     progress: bool = False,
 ) -> dict[str, float]:
-    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes.
+    """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes
+    (``response_budget``: as in training, see ``run_episodes``).
 
     ``progress`` shows a bar of episodes played (it moves once per chunk) with an ETA: a real model's evaluation
     can take many minutes.
@@ -193,7 +195,8 @@ def evaluate(
     for start in range(0, len(resets), len(envs)):
         chunk = resets[start:start + len(envs)]
         episodes = run_episodes(policy, envs[: len(chunk)], chunk, owners[start:start + len(chunk)], sampling,
-                                constrained=constrained, max_seq_len=max_seq_len, table=table, kv_reuse=kv_reuse)
+                                constrained=constrained, max_seq_len=max_seq_len, table=table, kv_reuse=kv_reuse,
+                                response_budget=response_budget)
         for episode in episodes:
             returns.append(episode.returns)
             successes.append(float(episode.success))

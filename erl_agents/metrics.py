@@ -1,8 +1,9 @@
 """One training step's rollout metrics, their merge over data-parallel ranks, and what the logged rows tell later.
 
-Per role: count, mean reward and success; the r1 -> r2 lift of the retried episodes; tokens; truncated replies and
-budget-ended episodes; zero-variance GRPO groups; how often a reflection held a usable ``<prompt>`` block. A logged
-row is strict JSON (``finite_row``): a number that does not exist (the loss of a step with no update) is null.
+Per role: count (rows of the batch: a reflection the batch holds twice counts twice), mean reward and success; the
+r1 -> r2 lift of the retried episodes; tokens; truncated replies, budget-ended episodes and attempts ended by the
+response budget; zero-variance GRPO groups; how often a reflection held a usable ``<prompt>`` block. A logged row is
+strict JSON (``finite_row``): a number that does not exist (the loss of a step with no update) is null.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def rollout_metrics(episodes: Sequence[Episode], trajectories: Sequence[Trajecto
     row["overflowed"] = sum(t.overflowed for t in trajectories)
     row["truncated"] = sum(t.truncated_replies for e in episodes for t in e.trajectories)
     row["budget_ended"] = sum(bool(e.budget_ended) for e in episodes)
+    cut = sum(t.response_cut for e in episodes for t in e.trajectories)
+    if cut:
+        row["response_cut"] = cut  # attempts ended by the response budget
     row["groups/zero_variance"] = zero_variance_groups(trajectories)
     row["tokens/generated"] = sum(t.num_model_tokens for e in episodes for t in e.trajectories)
     row["tokens/total"] = sum(len(t.tokens) for t in trajectories)

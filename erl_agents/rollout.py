@@ -16,17 +16,17 @@ reads only the env's new message. The samples are the same as when every turn re
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import gymnasium as gym
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StaticCache
+from transformers import LogitsProcessorList, StaticCache
 from transformers.cache_utils import DynamicLayer, StaticLayer
 from transformers.generation import GenerateDecoderOnlyOutput
 
+from erl_agents.constrained import ConstraintTable, _ActionTrie, _TrieConstraint
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
 
@@ -37,6 +37,7 @@ __all__ = [
     "Episode",
     "ConstraintTable",
     "CachedPrefix",
+    "ResponseBudget",
     "generate_replies",
     "run_episodes",
 ]
@@ -78,6 +79,7 @@ class Trajectory:
     overflowed: bool = False  # reached max_seq_len; later turns of this conversation were empty replies
     truncated_replies: int = 0  # replies cut off by max_new_tokens (closed with an env end-of-turn token)
     budget_ended: bool = False  # its episode ran out of time or tokens and was ended with reward 0
+    response_cut: bool = False  # its attempt was ended by the response budget (run_episodes' response_budget)
     teacher_tokens: list[int] | None = None  # reverse-KL consolidation: the same tokens under the reflected context
     teacher_offset: int = 0  # position of token i of `tokens` in `teacher_tokens` is i + teacher_offset
     advantage: float = 0.0
@@ -110,103 +112,6 @@ class Episode:
 
     def trajectory(self, role: str) -> Trajectory | None:
         return next((t for t in self.trajectories if t.role == role), None)
-
-
-class ConstraintTable:
-    """The token sets constrained decoding allowed, interned so a trajectory stores one small int per token."""
-
-    def __init__(self):
-        self.sets: list[tuple[int, ...]] = []
-        self._index: dict[tuple[int, ...], int] = {}
-
-    def intern(self, allowed: Sequence[int]) -> int:
-        key = tuple(sorted(set(allowed)))
-        if key not in self._index:
-            self._index[key] = len(self.sets)
-            self.sets.append(key)
-        return self._index[key]
-
-    def allowed_mask(self, indices: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """``[N, V]`` bool: row i allows the set ``indices[i]``, or every token when it is -1."""
-        mask = torch.ones(len(indices), vocab_size, dtype=torch.bool)
-        for row in torch.nonzero(indices >= 0).flatten().tolist():
-            mask[row] = False
-            mask[row, list(self.sets[int(indices[row])])] = True
-        return mask
-
-
-class _ActionTrie:
-    """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix.
-
-    Nodes are numbered so that a generation step can advance every row with one dict lookup and fetch every row's
-    mask with one tensor index. A prefix that leaves the trie (a row that already ended and is being padded) lands
-    in an absorbing node that allows only end-of-turn, as does a finished reply.
-    """
-
-    ROOT = 0
-
-    def __init__(self, policy: Policy, actions: Sequence[str]):
-        end = policy.chat.end_of_turn_id
-        self.children: list[dict[int, int]] = [{}]
-        self.depth = 0
-        for text in actions:
-            tokens = policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]
-            self.depth = max(self.depth, len(tokens))
-            node = self.ROOT
-            for token in tokens:
-                if token not in self.children[node]:
-                    self.children[node][token] = len(self.children)
-                    self.children.append({})
-                node = self.children[node][token]
-        self.off = len(self.children)  # the absorbing node: off the trie
-        self.children.append({})
-        self.sets = [tuple(sorted(c)) if c else (end,) for c in self.children]
-        self._masks: dict[tuple, torch.Tensor] = {}
-
-    def step(self, node: int, token: int) -> int:
-        return self.children[node].get(token, self.off)
-
-    def allowed(self, prefix: Sequence[int]) -> list[int]:
-        node = self.ROOT
-        for token in prefix:
-            node = self.step(node, token)
-        return list(self.sets[node])
-
-    def masks(self, like: torch.Tensor) -> torch.Tensor:
-        """``[nodes, V]``: 0 where a node allows the token, -inf elsewhere (what gets added to the logits)."""
-        key = (like.shape[-1], like.dtype, like.device)
-        if key not in self._masks:
-            table = torch.full((len(self.sets), like.shape[-1]), -math.inf, dtype=like.dtype)
-            for node, allowed in enumerate(self.sets):
-                table[node, list(allowed)] = 0
-            self._masks[key] = table.to(like.device)
-        return self._masks[key]
-
-
-class _TrieConstraint(LogitsProcessor):
-    """Restricts each row to what the trie allows after its reply so far.
-
-    The same arithmetic as ``generate``'s ``prefix_allowed_tokens_fn`` processor (add 0 / -inf; rows whose allowed
-    tokens are all -inf get the bare mask), so the sampled tokens are the same, but each step costs one dict lookup
-    per row and one gather, not a trie walk and a mask write per row. The nodes of every step are kept, which is
-    what the constraint sets of the sampled tokens are read from.
-    """
-
-    def __init__(self, trie: _ActionTrie, prompt_width: int):
-        self.trie = trie
-        self.prompt_width = prompt_width
-        self.nodes: list[list[int]] = []  # per generation step, per row
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if input_ids.shape[1] == self.prompt_width:
-            nodes = [self.trie.ROOT] * input_ids.shape[0]
-        else:
-            nodes = [self.trie.step(n, t) for n, t in zip(self.nodes[-1], input_ids[:, -1].tolist())]
-        self.nodes.append(nodes)
-        mask = self.trie.masks(scores)[torch.tensor(nodes, device=scores.device)]
-        processed = scores + mask
-        unsatisfiable = processed.amax(dim=-1, keepdim=True).isneginf()
-        return torch.where(unsatisfiable, mask, processed)
 
 
 @dataclass
@@ -386,6 +291,35 @@ def generate_replies(
     return replies
 
 
+class ResponseBudget(gym.Wrapper):
+    """Lets ``run_episodes`` end an attempt for its response budget: the step the rollout marks comes back
+    truncated (unless it terminated), so whatever follows a truncated attempt follows (a ``ReflectionWrapper``
+    reflects and retries). Put it between the text env and a ``ReflectionWrapper``."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.end_if: Callable[[str], bool] | None = None  # set by the rollout before a step, read after it
+        self.ended = False  # the last step was ended here
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.end_if, self.ended = None, False
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        end_if, self.end_if = self.end_if, None
+        self.ended = end_if is not None and not (terminated or truncated) and bool(end_if(obs))
+        return obs, reward, terminated, truncated or self.ended, info
+
+
+def _response_budget_of(env: gym.Env) -> ResponseBudget | None:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ResponseBudget):
+            return env
+        env = env.env
+    return None
+
+
 class _Live:
     """Per-episode state while it runs."""
 
@@ -397,6 +331,7 @@ class _Live:
         self.conversation: Trajectory | None = None
         self.prefix: CachedPrefix | None = None  # what the model has already read of the conversation (kv_reuse)
         self.phase = "attempt1"
+        self.budget = _response_budget_of(env)
 
 
 def _valid_actions_of(env: gym.Env) -> list[str] | None:
@@ -424,6 +359,7 @@ def run_episodes(
     time_limit: float = 0.0,
     token_limit: int = 0,
     kv_reuse: bool = True,
+    response_budget: int = 0,
 ) -> list[Episode]:
     """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
 
@@ -435,6 +371,12 @@ def run_episodes(
     tokens, is ended there with reward 0 on all its conversations and ``budget_ended`` set, so one runaway episode
     cannot stall a step. ``mask_truncated`` gives replies cut off by max_new_tokens mask 0 (no gradient): their
     reward says little about them.
+
+    ``response_budget`` (the reference's ``max_response_length``, 0 = off) bounds each attempt: the tokens after
+    its opening (replies and env turns) may not reach it. A reply may use what is left (and ``max_new_tokens``); a
+    reply that reaches it is cut there and its step ends the attempt, and so does a step after which the next turn
+    would have no room (the env's reward for that step counts). Every env then needs a ``ResponseBudget`` wrapper.
+    Reflections have their own budget, ``reflect_sampling.max_new_tokens``.
 
     ``kv_reuse`` keeps each conversation's keys and values from one turn to the next, so a turn reads only the
     env's new message; off, every turn re-reads the whole conversation. Both give the same episodes for the same seed.
@@ -452,6 +394,9 @@ def run_episodes(
         obs, info = env.reset(seed=seed, options=options)
         episode = Episode(task=task, index=index, initial_system_prompt=instructions_of(env))
         state = _Live(env, episode, _valid_actions_of(env) if constrained else None, clock)
+        if response_budget and state.budget is None:
+            raise ValueError("response_budget needs every env wrapped in erl_agents.rollout.ResponseBudget (inside "
+                             "any ReflectionWrapper), so that an attempt can be ended")
         _open(state, chat, info.get("system_prompt") or episode.initial_system_prompt, obs, info.get("phase", "attempt1"),
               max_seq_len)
         live.append(state)
@@ -477,10 +422,15 @@ def run_episodes(
             params = reflect_sampling if reflect else sampling
             # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
             budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
-            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(budget, 1))
+            # Each attempt's reply may also use no more than what is left of its response budget (its room).
+            rooms = [_room(live[i], response_budget) if response_budget and not reflect else budget + 1
+                     for i in members]
+            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(min(budget, max(rooms)), 1))
             out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
                                    prefixes=_hand_over_prefixes(live, members) if kv_reuse else None)
-            for i, reply in zip(members, out):
+            for i, reply, room in zip(members, out, rooms):
+                if room <= budget and len(reply.ids) >= room:
+                    _cut_at_budget(live[i], reply, room)
                 live[i].prefix, reply.prefix = reply.prefix, None
             replies.update(zip(members, out))
         timing["generation"] += time.perf_counter() - clock
@@ -502,7 +452,13 @@ def run_episodes(
                     conversation.truncated_replies += 1
                 state.episode.generated_tokens += len(reply.ids)
                 text = chat.reply_text(reply.ids)
+                if response_budget and state.phase != "reflect":
+                    left = _room(state, response_budget)
+                    state.budget.end_if = (lambda obs: True) if conversation.response_cut else (
+                        lambda obs, left=left: len(chat.user_turn(obs)) >= left)
             obs, reward, terminated, truncated, info = state.env.step(text)
+            if state.budget is not None and state.budget.ended:
+                conversation.response_cut = True
             conversation.reward += float(reward)
             state.episode.returns += float(reward)
             if terminated or truncated:
@@ -525,6 +481,23 @@ def run_episodes(
         live = still
         timing["env"] += time.perf_counter() - clock
     return episodes
+
+
+def _room(state: _Live, response_budget: int) -> int:
+    """Tokens the current attempt may still add before it reaches the response budget."""
+    conversation = state.conversation
+    return response_budget - (len(conversation.tokens) - conversation.prompt_len)
+
+
+def _cut_at_budget(state: _Live, reply: Reply, limit: int) -> None:
+    """A reply that reached its attempt's response budget: cut there (as verl cuts the completion at max_tokens),
+    and its step will be the attempt's last (``finish_reason == "length"`` in the reference)."""
+    if len(reply.ids) > limit:
+        reply.ids, reply.logprobs = reply.ids[:limit], reply.logprobs[:limit]
+        reply.constraints = reply.constraints[:limit]
+        reply.finished = False
+    reply.prefix = None
+    state.conversation.response_cut = True
 
 
 def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list[CachedPrefix | None]:

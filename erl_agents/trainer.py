@@ -24,17 +24,18 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from erl_agents import checkpoint as ckpt
-from erl_agents.accelerator import autocast, autocast_dtype, peak_memory_gb, reset_peak_memory, resolve_device
-from erl_agents.batch import assign_advantages, consolidation_copies
+from erl_agents.accelerator import (autocast, grad_scaler, peak_memory_gb, reset_peak_memory, resolve_device,
+                                    resolve_precision)
+from erl_agents.batch import assign_advantages, distillation_prompt, reflection_repeats, training_rows
 from erl_agents.config import TrainConfig, config_to_dict
 from erl_agents.distributed import World, shard_bounds
-from erl_agents.envs import make_env, tiny_corpus
+from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_tasks
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
 from erl_agents.metrics import consecutive_bad_steps, finite_row, merge_rollout_rows, rollout_metrics
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
-from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
+from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, run_episodes
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
 from erl_envs.safe_parse import loads_json, read_text_limited
@@ -44,6 +45,8 @@ __all__ = ["Trainer", "INITIAL_MODEL_SPEC"]
 # Inside initial_model/: what the tiny model was built from (seed, env, shape), so that it is never reused for
 # another run.
 INITIAL_MODEL_SPEC = "erl_initial_model.json"
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 class Trainer:
@@ -73,7 +76,8 @@ class Trainer:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.device = resolve_device(config.device, self.world.local_rank)
-        self.precision = autocast_dtype(config.precision, self.device.type)
+        # Trainable weights and AdamW's moments in fp32, compute under autocast (see erl_agents.accelerator).
+        self.precision = resolve_precision(config.dtype, config.precision, self.device.type)
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -87,13 +91,13 @@ class Trainer:
         # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
         self.group_size = config.group_size
         pool = (self.task_range[1] - self.task_range[0]) * self.group_size
-        self.envs = [make_env(config.env, config.env_kwargs) for _ in range(pool)]
+        self.envs = [self._make_env(config.env_kwargs) for _ in range(pool)]
         # Held-out envs: the training envs themselves unless eval_env_kwargs points evaluation at other data (an env
         # without a paper test set, such as HotpotQA, would otherwise evaluate on its training questions).
         self.eval_envs = self.envs
         if config.eval_env_kwargs:
             eval_kwargs = {**config.env_kwargs, **config.eval_env_kwargs}
-            self.eval_envs = [make_env(config.env, eval_kwargs) for _ in range(pool)]
+            self.eval_envs = [self._make_env(eval_kwargs) for _ in range(pool)]
         overlap = eval_overlap_problem(self.envs[0], self.eval_envs[0])
         if overlap and not config.allow_eval_overlap:
             from erl_envs.qa.data import EvalOverlapError
@@ -124,6 +128,11 @@ class Trainer:
             self.policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if config.lora_r:
             self.policy.model = apply_lora(self.policy.model, config.lora_r, config.lora_alpha, config.lora_targets)
+            # The adapters train (storage dtype, fp32 unless lossy storage was asked for); the frozen base is only
+            # ever read under autocast, so it may be kept in the compute dtype.
+            for parameter in self.policy.model.parameters():
+                parameter.data = parameter.data.to(self.precision.storage if parameter.requires_grad
+                                                   else self.precision.frozen)
         # The KL anchor: the initial policy, kept only when the KL term is on. With LoRA it is the policy with its
         # adapters switched off (no second copy of the weights); otherwise a frozen copy.
         self.ref_model = None
@@ -137,10 +146,17 @@ class Trainer:
             torch.manual_seed(config.seed + 1_000_003 * self.world.rank)
         self.optimizer = torch.optim.AdamW([p for p in self.policy.model.parameters() if p.requires_grad], lr=config.lr,
                                            betas=(0.9, config.adam_beta2), weight_decay=config.weight_decay)
+        self.scaler = grad_scaler(self.precision, self.device)  # fp16 only: loss scaling
         warmup = max(config.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
         self.eval_tasks = eval_tasks(config.env, config.env_kwargs, config.eval_set, config.eval_tasks)
+        # The run's length: `steps`, or with epochs every pass over the training list (whichever ends first).
+        self.total_steps = config.steps
+        if config.epochs:
+            self.train_tasks = training_tasks(self.envs[0], config.epoch_tasks)
+            length = config.epochs * epoch_steps(len(self.train_tasks), config.tasks_per_step)
+            self.total_steps = min(config.steps, length) if config.steps else length
         self.step = 0
         self.metrics: list[dict] = []
         self.time_before = {"training": 0.0, "elapsed": 0.0}  # seconds spent before this process (resumed runs)
@@ -158,6 +174,11 @@ class Trainer:
 
     # --- setup ---
 
+    def _make_env(self, env_kwargs: dict) -> gym.Env:
+        """One env of the run; with a response budget, wrapped so that the rollout can end an attempt."""
+        env = make_env(self.config.env, env_kwargs)
+        return ResponseBudget(env) if self.config.response_budget else env
+
     def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
         from erl_envs.reflection.memory import PoolMemory, ReflectionMemory, memory_from_dict
         from erl_envs.reflection import ReflectionWrapper
@@ -173,6 +194,10 @@ class Trainer:
             from erl_envs.reflection.reflectors import RuleReflector
 
             reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
+        episodes = cfg.tasks_per_step * self.group_size
+        if self.world.enabled and isinstance(self.memory, PoolMemory) and episodes > self.memory.slots:
+            raise ValueError(f"the pool memory has {self.memory.slots} slots and a step plays {episodes} episodes: "
+                             "under data parallel a step's episodes need a slot each (raise --memory-slots)")
         # A pool gives each wrapper a handle; every episode takes the pool's next slot (see PoolMemory).
         memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
         return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
@@ -183,9 +208,12 @@ class Trainer:
                 for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
+        """The policy in its storage dtype (fp32 unless lossy storage), or the frozen KL reference (the compute
+        dtype is enough for weights that never train); the tiny model follows the same rules as a loaded one."""
         cfg = self.config
+        dtype = _DTYPE_NAMES[self.precision.frozen if reference else self.precision.storage]
         if cfg.model != "tiny":
-            return load_policy(cfg.model, dtype=cfg.dtype, device=str(self.device))
+            return load_policy(cfg.model, dtype=dtype, device=str(self.device))
         # The tiny model is built once, saved in the run directory, and from then on loaded like any HF model
         # (the reference model and resumed runs read it back from there). It is derived from the seed and the
         # config alone, so a copy that does not match its manifest (a kill or a full disk during its first save),
@@ -195,7 +223,7 @@ class Trainer:
         problem = None if reference else self._initial_model_problem(folder)
         if problem is None or not (self.writer.enabled or not folder.exists()):
             try:
-                return load_policy(str(folder), dtype="float32", device=str(self.device), safetensors_only=True)
+                return load_policy(str(folder), dtype=dtype, device=str(self.device), safetensors_only=True)
             except (OSError, ValueError) as exc:
                 if reference or not self.writer.enabled:
                     raise
@@ -210,6 +238,7 @@ class Trainer:
                              "the run started; resume once with the run's original values to rebuild it")
         policy = self._build_tiny_policy()
         if not self.writer.enabled:
+            policy.model.to(getattr(torch, dtype))
             return policy
 
         def save(path: str) -> None:
@@ -217,7 +246,7 @@ class Trainer:
             (Path(path) / INITIAL_MODEL_SPEC).write_text(json.dumps(self.initial_model_spec, indent=1))
 
         save_folder(folder, save)
-        return load_policy(str(folder), dtype="float32", device=str(self.device), safetensors_only=True)
+        return load_policy(str(folder), dtype=dtype, device=str(self.device), safetensors_only=True)
 
     def _initial_model_spec(self) -> dict:
         """What the tiny initial model is a function of: the seed, the env its tokenizer read, and its shape."""
@@ -284,34 +313,39 @@ class Trainer:
         if cfg.progress and self.writer.enabled:
             from tqdm.auto import tqdm
 
-            progress = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
+            progress = tqdm(total=self.total_steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
         if self.step == 0 and cfg.eval_every:
             self._log(self._evaluate(eval_sampling, {"step": 0}))
-        while self.step < cfg.steps:
+        while self.step < self.total_steps:
             self.step += 1
             step_start = time.perf_counter()
             timing: dict[str, float] = {}
             reset_peak_memory(self.device)
 
-            # 1. Rollout: n episodes of each task, all episodes batched turn by turn. Rank 0's draw of the step's
-            # task seeds holds for every rank; each rank plays its own block of tasks.
-            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step))
+            # 1. Rollout: n episodes of each task, all episodes batched turn by turn. The step's tasks: the next
+            # batch of the epoch order, or fresh seeds (rank 0's draw holds for every rank); each rank plays its own
+            # block of tasks.
             tasks = [i for i in range(*self.task_range) for _ in range(self.group_size)]
-            resets = [(int(seeds[i]), None) for i in tasks]
+            if cfg.epochs:
+                batch = epoch_batch(len(self.train_tasks), cfg.tasks_per_step, self.step, cfg.seed)
+                resets = [self.train_tasks[batch[i]] for i in tasks]
+            else:
+                seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step))
+                resets = [(int(seeds[i]), None) for i in tasks]
             table = ConstraintTable()
             self.policy.model.eval()
             memory_updates = self.memory.updates if self.memory is not None else 0
-            with autocast(self.device, self.precision):
+            pool_start = self._place_pool_episodes()
+            with autocast(self.device, self.precision.compute):
                 episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
                                         time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
-                                        kv_reuse=cfg.kv_reuse)
+                                        kv_reuse=cfg.kv_reuse, response_budget=cfg.response_budget)
             if self.memory is not None and self.world.enabled:
-                self._sync_memory(memory_updates)
-            trajectories = [t for e in episodes for t in e.trajectories]
-            if cfg.algo == "erl":
-                trajectories += consolidation_copies(self.policy, episodes, cfg.distill, cfg.max_seq_len)
+                self._sync_memory(memory_updates, episodes, pool_start)
+            trajectories = training_rows(self.policy, episodes, cfg, distillation_prompt(self.envs[0]),
+                                         reflection_repeats(self.envs[0]))
 
             # 2. Advantages: GRPO per (task, role); distilled copies max(r2, 0).
             assign_advantages(trajectories, cfg)
@@ -320,7 +354,8 @@ class Trainer:
             clock = time.perf_counter()
             try:
                 update = policy_update(self.train_model, self.optimizer, self.scheduler, trajectories, table, cfg,
-                                       self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
+                                       self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world,
+                                       scaler=self.scaler)
             except NonFiniteTrainingError as exc:
                 raise NonFiniteTrainingError(
                     f"stopping at step {self.step}: {exc}; the step was not saved, so resume from the checkpoints in "
@@ -349,7 +384,7 @@ class Trainer:
                                                                         for m in self.metrics)
             out_of_tokens = bool(cfg.max_sampled_tokens and row["tokens/sampled_total"] >= cfg.max_sampled_tokens)
             out_of_time = out_of_time or out_of_tokens
-            last = self.step == cfg.steps or out_of_time
+            last = self.step == self.total_steps or out_of_time
             if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
                 row = self._evaluate(eval_sampling, row)
             row["time/elapsed"] = self.time_before["elapsed"] + time.perf_counter() - started
@@ -385,11 +420,12 @@ class Trainer:
         # Evaluation draws from its own RNG stream, so evaluating (or not) never changes the training run.
         # Under data parallel each rank evaluates its block of the held-out tasks and the results are merged.
         tasks = self.world.shard(self.eval_tasks)
-        with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision):
+        with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision.compute):
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
             result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
                               constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
-                              kv_reuse=cfg.kv_reuse, progress=cfg.progress and self.writer.enabled) if tasks else None
+                              kv_reuse=cfg.kv_reuse, response_budget=cfg.response_budget,
+                              progress=cfg.progress and self.writer.enabled) if tasks else None
         if self.world.enabled:
             result = merge_eval_results(self.world.gather(result), cfg.eval_samples)
         row = dict(row)
@@ -397,13 +433,41 @@ class Trainer:
         row["time/eval"] = time.perf_counter() - clock
         return row
 
-    def _sync_memory(self, updates_before: int) -> None:
-        """One reflection memory for the whole run. Among the ranks that stored a reflection this step the highest
-        rank's is kept, as if the ranks' episodes had run one after another; the update counts add up."""
-        from erl_envs.reflection.memory import ReflectionMemory
+    def _place_pool_episodes(self) -> int | None:
+        """Under data parallel, one pool memory serves every rank: this rank's episodes take the slots a single
+        process would give them (after the episodes of the lower ranks). Returns the step's first slot (None
+        without a pool or ranks)."""
+        from erl_envs.reflection.memory import PoolMemory
 
+        if not (self.world.enabled and isinstance(self.memory, PoolMemory)):
+            return None
+        start = self.memory.next_slot
+        self.memory.next_slot = (start + self.task_range[0] * self.group_size) % self.memory.slots
+        return start
+
+    def _sync_memory(self, updates_before: int, episodes: list, pool_start: int | None) -> None:
+        """One reflection memory for the whole run, the same on every rank after each rollout.
+
+        A pool: every rank writes the other ranks' stores into their slots (no two ranks' episodes share a slot in
+        a step while a step has no more episodes than the pool has slots), and the next step starts after all of
+        this step's episodes: the pool a single process would hold, not one pool per rank. A single slot: among the
+        ranks that stored a reflection this step the highest rank's is kept, as if the ranks' episodes had run one
+        after another; the update counts add up."""
+        from erl_envs.reflection.memory import PoolMemory, ReflectionMemory
+
+        if isinstance(self.memory, PoolMemory):
+            pool = self.memory
+            mine = {env.memory.slot: pool.slot_prompt(env.memory.slot)
+                    for env, episode in zip(self.train_envs, episodes)
+                    if episode.record and episode.record.get("memory_updated")}
+            for rank, stores in enumerate(self.world.gather(mine)):
+                if rank != self.world.rank:
+                    for slot, prompt in stores.items():
+                        pool.store(slot, prompt)
+            pool.next_slot = (pool_start + self.config.tasks_per_step * self.group_size) % pool.slots
+            return
         if not isinstance(self.memory, ReflectionMemory):
-            return  # a pool's slots stay per rank: each rank is its own set of workers
+            return
         states = self.world.gather((self.memory.updates - updates_before, self.memory.to_dict()))
         stored = [state for count, state in states if count > 0]
         if not stored:
@@ -448,6 +512,7 @@ class Trainer:
             else self.policy.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": ckpt.rng_state(self.rng),
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "metrics": self.metrics,
@@ -480,6 +545,8 @@ class Trainer:
                              f"({' '.join(str(exc).split())[:300]})") from exc
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         cfg = self.config
         # Update settings a resume was allowed to change (--resume-changes) apply from here on: the optimizer's and
         # the schedule's saved copies would otherwise silently keep the old ones.

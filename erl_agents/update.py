@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from erl_agents.accelerator import autocast, autocast_dtype
+from erl_agents.accelerator import autocast, resolve_precision
 from erl_agents.config import TrainConfig
 from erl_agents.distributed import World
 from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, token_log_probs
@@ -23,7 +23,7 @@ from erl_agents.lora import reference_weights
 from erl_agents.rollout import ConstraintTable, Trajectory
 
 __all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
-           "policy_update"]
+           "row_temperatures", "policy_update"]
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -127,6 +127,15 @@ def micro_batches(batch: Sequence[Trajectory], size: int, max_tokens: int = 0) -
     return chunks
 
 
+def row_temperatures(batch: Sequence[Trajectory], config: TrainConfig) -> torch.Tensor:
+    """The temperature each row is scored at in the update. ``logprob_temperature="sampled"``: the one it was
+    sampled at (reflections at ``reflect_temperature``). ``"rollout"``: ``temperature`` for every row, as verl does
+    (it passes one temperature for the whole batch), so the reference scores its reflections at 0.7, not 0.5."""
+    if config.logprob_temperature == "rollout":
+        return torch.full((len(batch),), float(config.temperature))
+    return torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in batch])
+
+
 def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
                       pad_id: int, num_tokens: float, num_seqs: float, old: dict | None) -> tuple[torch.Tensor, dict]:
     device = next(model.parameters()).device
@@ -137,8 +146,7 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
     select_d = select.to(device)
     seq_of_row = select.nonzero(as_tuple=True)[0]
     targets = ids[:, 1:][select_d]
-    temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in batch])
-    temperature = temps[seq_of_row].unsqueeze(-1).to(device)
+    temperature = row_temperatures(batch, config)[seq_of_row].unsqueeze(-1).to(device)
     logits = _policy_logits(model, ids, attention, select_d)
     allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
     log_p, entropy = token_log_probs(logits, targets, temperature, allowed)
@@ -199,7 +207,7 @@ def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tenso
         logits = selected_logits(model, ids.to(device), attention.to(device), select.to(device))
         allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
         seq_of_row = select.nonzero(as_tuple=True)[0]
-        temps = torch.tensor([config.reflect_temperature if t.role == "reflection" else config.temperature for t in chunk])
+        temps = row_temperatures(chunk, config)
         log_p, _ = token_log_probs(logits, ids[:, 1:][select].to(device), temps[seq_of_row].unsqueeze(-1).to(device),
                                    allowed)
         counts = select.sum(-1).tolist()
@@ -215,7 +223,8 @@ def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, worl
     ``ppo_mini_batch_size`` > 0 is verl's schedule, which the paper's runs used: the batch is cut, in rollout order
     and without shuffling, into consecutive blocks of ``ppo_mini_batch_size x group_size`` rows (split over the
     ranks, as verl divides it by the data-parallel size). RLVR's 64 tasks x 10 rows make one block; ERL's 256 first
-    attempts plus a reflection, a retry and a distilled copy per failed attempt make 1-4, the later ones off-policy.
+    attempts plus, per failed one, four rows (paper rows: the reflection twice, the retry, its distilled copy) make
+    1-5, the later ones off-policy.
     Otherwise the trainable rows are cut into ``minibatches`` equal parts, shuffled when ``shuffle``. Every rank
     gets the same number of mini-batches (some possibly empty), so their gradient all-reduces pair up.
     """
@@ -231,9 +240,13 @@ def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, worl
 
 def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
                   config: TrainConfig, pad_id: int, ref_model=None, rng: np.random.Generator | None = None,
-                  world: World | None = None) -> dict:
+                  world: World | None = None, scaler: torch.amp.GradScaler | None = None) -> dict:
     """PPO epochs x mini-batches optimizer steps over the batch (``minibatch_plan``), micro-batched with gradient
-    accumulation.
+    accumulation, each forward and backward under the autocast of ``config.dtype`` / ``config.precision``.
+
+    ``scaler`` (fp16 runs, ``accelerator.grad_scaler``) scales the loss before every backward and unscales the
+    gradients before clipping; a step whose scaled gradient overflowed is skipped and the scale halved, which is
+    counted in ``loss_scale_skips`` (routine while the scale settles), not in ``skipped_updates``.
 
     Sequences whose every token has zero loss (advantage 0, no KL or entropy term) are left out of the forward
     passes but still count in the normalisers, so skipping them changes nothing but the time taken.
@@ -247,16 +260,20 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     trainable = [t for t in trajectories if t.num_model_tokens > 0]
     stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0, "grad_norm": 0.0, "skipped_updates": 0,
              "trained_tokens": 0, "reverse_kl": 0.0, "optimizer_steps": 0}
+    if scaler is not None:
+        stats["loss_scale_skips"] = 0
     if not world.sum([len(trainable)])[0]:
         return stats
     device = next(model.parameters()).device
-    precision = autocast_dtype(config.precision, device.type)
+    precision = resolve_precision(config.dtype, config.precision, device.type).compute
     regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
     # Shuffling equal parts only matters when there is more than one optimizer step.
     shuffle = config.ppo_epochs * config.minibatches > 1
     plan = minibatch_plan(trajectories, config, world, rng, shuffle)
     updates = config.ppo_epochs * len(plan)
-    needed = [t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None]
+    # A row that is in the batch twice (a reflection under paper rows) is the same object: scored once.
+    needed = list({id(t): t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None}
+                  .values())
     old = None
     if updates > 1 and needed:
         with autocast(device, precision):
@@ -295,7 +312,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                             break
                     # Under DDP a bad loss still runs its backward (the other ranks wait in its all-reduce); the
                     # update is then skipped on every rank below.
-                    (loss * world.size if world.enabled else loss).backward()
+                    scaled = loss * world.size if world.enabled else loss
+                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 total += loss.item()
                 for key, value in part_stats.items():
                     sums[key] += value
@@ -304,13 +322,22 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
             if world.enabled:
                 total, bad = world.sum([total, float(not finite)])
                 finite = not bad
+            if scaler is not None:
+                scaler.unscale_(optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             if not finite or not torch.isfinite(grad_norm):
                 # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip this step, log it.
+                # Under loss scaling a finite loss with an overflowing gradient only means the scale is too high.
                 optimizer.zero_grad(set_to_none=True)
-                stats["skipped_updates"] += 1
+                if scaler is not None:
+                    scaler.update()
+                stats["loss_scale_skips" if finite and scaler is not None else "skipped_updates"] += 1
                 continue
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             if not _weights_finite(model):
                 # Adam's moments were finite and the gradient clipped, yet the weights are not (an overflowing
                 # learning rate, a broken dtype): nothing later can repair them, so stop before they are saved.

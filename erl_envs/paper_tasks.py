@@ -1,9 +1,10 @@
-"""The ERL paper's test sets, shipped as package data (``erl_envs/data``, see its NOTICE.md), and its train set.
+"""The ERL paper's test sets, shipped as package data (``erl_envs/data``, see its NOTICE.md), and its train sets.
 
 The test sets travel with the package so that evaluation on the paper's tasks needs no download and no
 ``../shared`` folder; the Sokoban train set (10,000 layouts) does not, and is found, when present, in the paper_tasks
 folder of the shared data (``$ERL_PAPER_TASKS``, else ``$ERL_SHARED/paper_tasks``, else ``../shared/paper_tasks``
-beside the checkout).
+beside the checkout). The FrozenLake train set needs no file: its 10,000 rows are generator parameters drawn from a
+fixed NumPy stream, which ``frozenlake_train_rows`` draws again.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 __all__ = [
     "DATA_DIR",
     "sokoban_test_layouts",
     "frozenlake_test_rows",
+    "frozenlake_train_rows",
     "shared_paper_file",
 ]
 
@@ -43,6 +47,27 @@ def sokoban_test_layouts() -> list[list[str]]:
 def frozenlake_test_rows() -> list[dict]:
     """The paper's 100 FrozenLake test rows: ``seed``, ``size``, ``p``, ``index`` and the reference's ``map``."""
     return _jsonl("frozenlake_test.jsonl")
+
+
+@lru_cache(maxsize=1)
+def _frozenlake_rows() -> tuple[tuple[dict, ...], tuple[dict, ...]]:
+    # The reference's data preparation seeds NumPy's global generator with 42 and draws, in this order, the seeds of
+    # 10,000 train and 100 test rows (integers in [0, 100000)), their sizes ([2, 10)) and their p ([0.6, 0.85)). The
+    # legacy RandomState stream is frozen by NumPy's compatibility policy, so the same calls give the same rows
+    # (checked against the reference's train file and the shipped test rows in tests/envs/test_paper_tasks.py).
+    stream = np.random.RandomState(42)
+    seeds = stream.randint(0, 100_000, size=10_000), stream.randint(0, 100_000, size=100)
+    sizes = stream.randint(2, 10, size=10_000), stream.randint(2, 10, size=100)
+    ps = stream.uniform(0.6, 0.85, size=10_000), stream.uniform(0.6, 0.85, size=100)
+    train, test = ([{"seed": int(s), "size": int(n), "p": float(p), "index": i}
+                    for i, (s, n, p) in enumerate(zip(seeds[k], sizes[k], ps[k]))] for k in (0, 1))
+    return tuple(train), tuple(test)
+
+
+def frozenlake_train_rows() -> list[dict]:
+    """The paper's 10,000 FrozenLake training rows (``seed``, ``size``, ``p``, ``index``), in the reference's order;
+    ``reset(seed=seed, options={"size": size, "p": p})`` plays the reference's map of each."""
+    return [dict(row) for row in _frozenlake_rows()[0]]
 
 
 def shared_paper_file(name: str) -> Path | None:

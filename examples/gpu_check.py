@@ -1,4 +1,5 @@
-"""A short GPU smoke test: the tiny model trains a few steps on cuda in bf16 and reports tokens/s and peak memory.
+"""A short GPU smoke test: the tiny model trains a few steps on cuda (fp32 weights, bf16 autocast) and reports
+tokens/s and peak memory.
 
     python examples/gpu_check.py                      # one GPU, about a minute
     python examples/gpu_check.py --lora               # the same with LoRA adapters (needs the lora extra)
@@ -42,8 +43,8 @@ def main(argv=None) -> int:
     output = args.output or tempfile.mkdtemp(prefix="erl-gpu-check-")
     output = world.broadcast(output)
     config = build_config({"preset": "cpu-tiny"}, flags=dict(
-        env="ERL-FrozenLake-v0", env_kwargs={"size": [2, 4]}, algo="erl", device="cuda", dtype="float32",
-        precision="bf16", gradient_checkpointing=True, max_tokens_per_micro_batch=16384, steps=args.steps,
+        env="ERL-FrozenLake-v0", env_kwargs={"size": [2, 4]}, algo="erl", device="cuda", dtype="bfloat16",
+        gradient_checkpointing=True, max_tokens_per_micro_batch=16384, steps=args.steps,
         tasks_per_step=16 * world.size, kl_coef=0.001, eval_every=args.steps, eval_tasks=32, checkpoint_every=0,
         time_limit_min=0.0, progress=False, save_final_model=False, output=output,
         tiny_hidden=256, tiny_layers=4, tiny_heads=4, tiny_intermediate=1024,

@@ -3,6 +3,8 @@
 ``update FOLDER``: one ``policy_update`` per case in FOLDER/cases.pt on this rank's block of tasks, through DDP;
 rank 0 saves the resulting weights to FOLDER/ddp_CASE.pt.
 ``train FOLDER``: tiny Trainer runs: 4 steps straight, and 2 steps then a resume to 4; each rank saves its metrics.
+``pool FOLDER``: an ERL run with a pool memory; each rank saves its pool and, per step, the slots its episodes took
+and which of them stored a reflection.
 """
 
 from __future__ import annotations
@@ -60,12 +62,27 @@ def run_training(folder: Path, world) -> None:
     (folder / f"metrics_rank{world.rank}.json").write_text(json.dumps({"straight": straight, "resumed": resumed}))
 
 
+def run_pool(folder: Path, world) -> None:
+    spec = json.loads((folder / "pool.json").read_text())
+    trainer = Trainer(build_config(flags={**spec, "output": str(folder / "pool")}), world=world)
+    taken, sync = [], trainer._sync_memory
+
+    def record_then_sync(updates_before, episodes, pool_start):
+        taken.append([[env.memory.slot, bool(episode.record and episode.record["memory_updated"])]
+                      for env, episode in zip(trainer.train_envs, episodes)])
+        sync(updates_before, episodes, pool_start)
+
+    trainer._sync_memory = record_then_sync
+    trainer.train()
+    (folder / f"pool_rank{world.rank}.json").write_text(json.dumps({"pool": trainer.memory.to_dict(), "taken": taken}))
+
+
 def main() -> None:
     mode, folder = sys.argv[1], Path(sys.argv[2])
     torch.set_num_threads(1)
     world = init_world("cpu", "gloo")
     try:
-        run_updates(folder, world) if mode == "update" else run_training(folder, world)
+        {"update": run_updates, "train": run_training, "pool": run_pool}[mode](folder, world)
     finally:
         close_world(world)
 

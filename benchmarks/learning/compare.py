@@ -72,10 +72,15 @@ PAPER_PROTOCOL: dict[str, Any] = dict(
     model="Qwen/Qwen3-4B-Instruct-2507", tasks_per_step=64, n_rlvr=10, n_erl=4, lr=1e-6, clip_low=0.2,
     clip_high=0.28, clip_ratio_c=3.0, kl_coef=0.001, loss_agg="seq-mean-token-sum", ppo_epochs=1, temperature=0.7,
     eval_temperature=0.7, eval_top_p=0.8, eval_top_k=20, eval_samples=4, ppo_mini_batch_size=64,
+    # The reference's batch, budgets, log-prob temperature and mixed precision (docs/fidelity.md).
+    rows="paper", logprob_temperature="rollout", dtype="bfloat16", max_new_tokens=10240, response_budget=10240,
+    reflect_max_new_tokens=10240,
 )
 PAPER_ENV_PROTOCOL: dict[str, dict[str, Any]] = {
-    # The reference's HotpotQA scripts: mini-batches of 32 tasks, one evaluation sample per question.
-    "ERL-HotpotQA-v0": dict(ppo_mini_batch_size=32, eval_samples=1),
+    # The reference's HotpotQA scripts: mini-batches of 32 tasks, one evaluation sample per question, fp16 mixed
+    # precision, replies of up to 2,048 tokens in its solver's own loop, reflections of up to 8,192.
+    "ERL-HotpotQA-v0": dict(ppo_mini_batch_size=32, eval_samples=1, dtype="float16", max_new_tokens=2048,
+                            response_budget=0, reflect_max_new_tokens=8192),
 }
 # HotpotQA env arguments the paper's numbers assume (the env's defaults where not listed).
 PAPER_HOTPOTQA_ENV = dict(mode="open", protocol="paper", answer_extraction="paper", scoring="official", max_turns=5)

@@ -392,6 +392,19 @@ class PoolMemory(_LockedMemory):
             self._current = slot
             return slot
 
+    @property
+    def next_slot(self) -> int:
+        """The slot the next episode takes. A data-parallel trainer moves it so that the ranks' episodes take the
+        slots a single process would give them, one rank's block after another."""
+        return self._next
+
+    @next_slot.setter
+    def next_slot(self, slot: int) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < self.slots:
+            raise ValueError(f"next_slot must be an int in 0..{self.slots - 1}, got {slot!r}")
+        with self._lock:
+            self._next = slot
+
     def slot_prompt(self, slot: int) -> str | None:
         with self._lock:
             return self._prompts[slot]

@@ -1,14 +1,16 @@
-"""From episodes to training rows: GRPO groups per (task, role), zero-variance groups, consolidation copies.
+"""From episodes to training rows: GRPO groups per (task, role), zero-variance groups, consolidation copies, and the
+two ways to build a step's rows (the paper's text, the reference code's batch).
 
 The same rules on the trainer's whole path, for a scripted step: tests/agents/test_trainer_rows.py."""
 
 import pytest
 import torch
 
-from erl_agents.batch import assign_advantages, consolidation_copies, zero_variance_groups
+from erl_agents.batch import (assign_advantages, consolidation_copies, distillation_prompt, reflection_repeats,
+                              training_rows, zero_variance_groups)
 from erl_agents.config import TrainConfig
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
-from erl_agents.rollout import Episode, Trajectory
+from erl_agents.rollout import ROLES, Episode, Trajectory
 from text_bandit import TextBanditEnv
 
 
@@ -171,3 +173,122 @@ def test_consolidation_copies_only_for_retries_that_scored_and_keep_their_reward
         assert reflected not in policy.tokenizer.decode(copy.tokens)
     assign_advantages(copies, TrainConfig())
     assert [c.advantage for c in copies] == [0.5, 1.0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rows: the project's (rows="erl") and the reference code's batch (rows="paper")
+
+
+def _config(rows, **extra):
+    from erl_agents.config import TrainConfig
+
+    return TrainConfig(algo="erl", rows=rows, **extra)
+
+
+def _conversation(policy, role, task, index, system, reward, reply=(40, 41)):
+    chat = policy.chat
+    opening = chat.open(system, "board")
+    tokens = opening + list(reply) + [chat.end_of_turn_id]
+    mask = [0] * len(opening) + [1] * (len(reply) + 1)
+    return Trajectory(role=role, task=task, episode=index, tokens=tokens, mask=mask,
+                      logprobs=[-0.5 * m for m in mask], constraints=[-1] * len(tokens), prompt_len=len(opening),
+                      system_prompt=system, first_observation="board", reward=reward, success=reward >= 1)
+
+
+def _episode(policy, task, index, r1, r2=None):
+    """One scripted ERL episode: attempt 1, and when it failed a reflection (reward r2) and attempt 2."""
+    trajectories = [_conversation(policy, "attempt1", task, index, "initial prompt", r1)]
+    if r2 is not None:
+        trajectories += [_conversation(policy, "reflection", task, index, "reflect on this", r2, reply=(50,)),
+                         _conversation(policy, "attempt2", task, index, "a reflected rulebook", r2)]
+    return Episode(task=task, index=index, trajectories=trajectories, initial_system_prompt="initial prompt")
+
+
+def _advantages(rows, role):
+    return [round(t.advantage, 5) for t in rows if t.role == role]
+
+
+def test_paper_rows_are_the_reference_batch_and_erl_rows_the_papers_text(policy):
+    """One task, 4 attempts: r1 = 0, 1, 0, 0; the three retries score r2 = 1, 0, 1 (F = 3 failed first attempts,
+    S = 2 successful retries). Every number below is worked out by hand from GRPO's (r - mean) / (std + 1e-6) with
+    the unbiased std, a distilled copy's max(r2, 0), and the reference's rules for its batch."""
+    episodes = [_episode(policy, 0, 0, 0.0, 1.0), _episode(policy, 0, 1, 1.0), _episode(policy, 0, 2, 0.0, 0.0),
+                _episode(policy, 0, 3, 0.0, 1.0)]
+
+    # Both batches hold the same conversation objects: each batch's advantages are read right after assigning them.
+    erl_rows = training_rows(policy, episodes, _config("erl"))
+    assign_advantages(erl_rows, _config("erl"))
+    erl = {role: _advantages(erl_rows, role) for role in ROLES}
+    assert len(erl_rows) == 4 + 2 * 3 + 2  # 256 + 2F + S at the paper's scale
+    assert {t.system_prompt for t in erl_rows if t.role == "distilled"} == {"initial prompt"}
+
+    paper_rows = training_rows(policy, episodes, _config("paper"), distill_prompt="the reference's initial prompt")
+    assign_advantages(paper_rows, _config("paper"))
+    paper = {role: _advantages(paper_rows, role) for role in ROLES}
+    assert len(paper_rows) == 4 + 4 * 3  # 256 + 4F at the paper's scale
+    # The reference's order within an episode: attempt 1, reflection, attempt 2, its distilled copy, the reflection
+    # again (the same object).
+    assert [t.role for t in paper_rows[:5]] == ["attempt1", "reflection", "attempt2", "distilled", "reflection"]
+    assert paper_rows[1] is paper_rows[4] and paper_rows[5].role == "attempt1" and paper_rows[6].role == "attempt1"
+    assert {t.system_prompt for t in paper_rows if t.role == "distilled"} == {"the reference's initial prompt"}
+
+    # First attempts: rewards 0, 1, 0, 0 -> mean 1/4, std 1/2: -1/2 and 3/2, in both batches.
+    assert erl["attempt1"] == paper["attempt1"] == [-0.5, 1.5, -0.5, -0.5]
+    # Retries: 1, 0, 1 -> mean 2/3, std sqrt(1/3): 1/sqrt(3) and -2/sqrt(3), in both batches.
+    assert erl["attempt2"] == paper["attempt2"] == [0.57735, -1.1547, 0.57735]
+    # Reflections: erl as the retries; paper holds 1, 1, 0, 0, 1, 1 -> std sqrt(4/15): sqrt(5/12), -2 sqrt(5/12).
+    assert erl["reflection"] == [0.57735, -1.1547, 0.57735]
+    assert paper["reflection"] == [0.6455, 0.6455, -1.29099, -1.29099, 0.6455, 0.6455]
+    # Distilled copies: max(r2, 0), a failed retry's copy included (advantage 0, but a row all the same).
+    assert erl["distilled"] == [1.0, 1.0]
+    assert paper["distilled"] == [1.0, 0.0, 1.0]
+    # HotpotQA's reference workflow holds each reflection once.
+    assert len(training_rows(policy, episodes, _config("paper"), repeats=1)) == 4 + 3 * 3
+
+
+def test_duplicated_reflections_change_advantages_in_23_of_30_binary_patterns(policy):
+    """Every pattern of binary retry rewards for 1 to 4 failed first attempts of a task (2 + 4 + 8 + 16 = 30): the
+    reflections' advantages differ between the two batches in 23 of them. A lone failed attempt whose retry
+    succeeds is the simplest: its reflection gets 1 (a group of one keeps its reward) in erl rows and 0 in paper
+    rows (a group of two equal rewards); every mixed pattern changes, since the duplicated group's std differs."""
+    import itertools
+
+    changed = patterns = 0
+    for failed in range(1, 5):
+        for retries in itertools.product((0.0, 1.0), repeat=failed):
+            episodes = [_episode(policy, 0, i, 0.0, r2) for i, r2 in enumerate(retries)]
+            episodes += [_episode(policy, 0, failed + i, 1.0) for i in range(4 - failed)]
+            advantages = {}
+            for rows in ("erl", "paper"):
+                batch = training_rows(policy, episodes, _config(rows))
+                assign_advantages(batch, _config(rows))
+                advantages[rows] = {e.index: round(e.trajectory("reflection").advantage, 6) for e in episodes[:failed]}
+            patterns += 1
+            changed += advantages["erl"] != advantages["paper"]
+            if retries == (1.0,):
+                assert advantages == {"erl": {0: 1.0}, "paper": {0: 0.0}}
+    assert (patterns, changed) == (30, 23)
+
+
+def test_the_reference_distills_sokoban_without_its_push_reminder():
+    """The reference's FrozenLake and Sokoban workflows share one initial prompt, which ends with the two-line
+    reminder (valid actions, the backtick format); Sokoban attempts append Sokoban's reminder with the push rule,
+    and the distilled copies swap the initial prompt back in."""
+    import gymnasium as gym
+
+    import erl_envs  # noqa: F401
+    from erl_envs.grid import prompts as grid_prompts
+    from erl_envs.protocol import instructions_of
+
+    sokoban = gym.make("ERL-Sokoban-v0", prompts="paper")
+    lake = gym.make("ERL-FrozenLake-v0", prompts="paper")
+    push_rule = "push a box only when the cell behind it"
+    assert push_rule in instructions_of(sokoban)
+    assert distillation_prompt(sokoban) == instructions_of(lake) == grid_prompts.instructions("paper", "FrozenLake")
+    assert push_rule not in distillation_prompt(sokoban)
+    assert distillation_prompt(lake) == instructions_of(lake)
+    # Other prompt sets (and instructions of one's own) are distilled under the env's own initial prompt.
+    lenient = gym.make("ERL-Sokoban-v0")
+    assert distillation_prompt(lenient) == instructions_of(lenient)
+    assert reflection_repeats(sokoban) == reflection_repeats(lake) == 2
+    assert reflection_repeats(gym.make("ERL-HotpotQA-v0", data="synthetic")) == 1

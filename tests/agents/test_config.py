@@ -188,7 +188,8 @@ def test_the_command_exits_2_without_a_traceback():
     done = subprocess.run([sys.executable, "-m", "erl_agents.train", "--lr", "1", "--steps", "0"], cwd=root,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr == "erl-train: error: steps must be at least 1 and at most 10,000,000, got 0\n"
+    assert done.stderr == ("erl-train: error: steps and epochs must give a length: steps at least 1, or steps 0 with "
+                           "epochs at least 1 (the run then lasts the epochs), got steps=0, epochs=0\n")
     assert "Traceback" not in done.stdout + done.stderr
 
 
@@ -278,6 +279,12 @@ def test_integer_fields_refuse_fractions(name, value):
     ("steps", 2.5, "an integer"),
     ("seed", -1, "in [0, 4294967295]"),
     ("dtype", "int8", "one of"),
+    ("rows", "reference", "one of ['erl', 'paper']"),
+    ("logprob_temperature", "0.7", "one of ['sampled', 'rollout']"),
+    ("response_budget", -1, "non-negative"),
+    ("epochs", -1, "non-negative"),
+    ("epoch_tasks", 0, "at least 1"),
+    ("precision", "fp8", "one of"),
     ("warmup_steps", -3, "non-negative"),
     ("kl_coef", -0.1, "non-negative"),
     ("keep_checkpoints", -1, "non-negative"),
@@ -351,6 +358,26 @@ def test_paper_preset_plays_the_grid_games_by_the_papers_protocol(monkeypatch, t
     (tmp_path / "sokoban_train.parquet").unlink()
     monkeypatch.setattr("erl_envs.paper_tasks.Path.is_file", lambda self: False)
     assert "levels" not in config_module._paper_sokoban_training()["env_kwargs"]
+
+
+def test_paper_preset_runs_the_reference_scripts_and_cpu_tiny_stays_as_it_was():
+    """The reference's batch, budgets, log-prob temperature, epochs and mixed precision (docs/fidelity.md); the
+    project's own choices everywhere else."""
+    for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
+        cfg = build_config({"preset": "paper-qwen3-4b", "env": env})
+        assert (cfg.rows, cfg.logprob_temperature, cfg.dtype) == ("paper", "rollout", "bfloat16")
+        assert (cfg.steps, cfg.epochs, cfg.tasks_per_step) == (0, 10, 64)
+        assert (cfg.max_new_tokens, cfg.response_budget, cfg.reflect_max_new_tokens) == (10240, 10240, 10240)
+    hotpot = build_config({"preset": "paper-qwen3-4b", "env": "ERL-HotpotQA-v0"})
+    assert (hotpot.dtype, hotpot.epochs, hotpot.rows, hotpot.ppo_mini_batch_size) == ("float16", 100, "paper", 32)
+    assert (hotpot.max_new_tokens, hotpot.response_budget, hotpot.reflect_max_new_tokens) == (2048, 0, 8192)
+    assert hotpot.memory_slots == 256  # rLLM's default n_parallel_tasks, which its HotpotQA script keeps
+    for preset in ("cpu-tiny", "cpu-smol"):
+        cfg = build_config({"preset": preset})
+        assert (cfg.rows, cfg.logprob_temperature, cfg.epochs, cfg.response_budget) == ("erl", "sampled", 0, 0)
+        assert cfg.dtype == "float32"
+    with pytest.raises(ValueError, match="imitation consolidation with paper rows"):
+        build_config(flags=dict(rows="paper", distill="reverse_kl"))
 
 
 @pytest.mark.parametrize("bad", [{"memory": "many"}, {"memory_slots": 0}])

@@ -71,8 +71,9 @@ def test_autocast_dtype_selection():
     assert autocast_dtype("bf16", "cpu") is torch.bfloat16
     with pytest.raises(ValueError, match="no bf16 support"):
         autocast_dtype("bf16", "cuda", bf16_supported=False)
+    assert autocast_dtype("fp16", "cpu") is torch.float16
     with pytest.raises(ValueError, match="precision must be one of"):
-        autocast_dtype("fp16", "cpu")
+        autocast_dtype("fp8", "cpu")
 
 
 def test_device_resolution():
@@ -261,6 +262,33 @@ def test_two_rank_training_writes_once_and_resumes_exactly(tmp_path):
     assert not torch.equal(state["rank_rng"][0]["torch"], state["rank_rng"][1]["torch"])
 
 
+def test_two_ranks_share_one_pool_memory(tmp_path):
+    """Under torchrun the pool memory is one pool for the whole trainer (the reference keeps 1,024 slots in all),
+    not one per rank: each step's episodes take consecutive slots in rank order, as one process would give them,
+    every rank's stores reach every rank, and the next step starts after all of them."""
+    spec = dict(env="TextBandit-v0", env_kwargs={"turns": 1}, algo="erl", reflector="rule", memory="pool",
+                memory_slots=16, model="tiny", steps=6, tasks_per_step=2, n_erl=2, temperature=1.0, max_new_tokens=4,
+                constrained_actions=True, lr=3e-3, kl_coef=0.0, eval_every=0, checkpoint_every=0, tiny_hidden=32,
+                tiny_layers=1, tiny_heads=2, tiny_intermediate=64, tiny_vocab=300, progress=False,
+                save_final_model=False, threads=1)
+    (tmp_path / "pool.json").write_text(json.dumps(spec))
+    _torchrun("pool", tmp_path, timeout=600)
+    ranks = [json.loads((tmp_path / f"pool_rank{r}.json").read_text()) for r in range(2)]
+    # One pool, the same on both ranks ("current", the slot of the rank's own latest episode, serves only the pool's
+    # own get/update, which the trainer never calls).
+    assert ({k: v for k, v in ranks[0]["pool"].items() if k != "current"}
+            == {k: v for k, v in ranks[1]["pool"].items() if k != "current"})
+    for step in range(6):
+        slots = [slot for rank in ranks for slot, _ in rank["taken"][step]]
+        assert slots == [(4 * step + k) % 16 for k in range(4)]  # rank 0's 2 episodes, then rank 1's
+    stored = {r: {slot for step in rank["taken"] for slot, updated in step if updated} for r, rank in enumerate(ranks)}
+    assert stored[0] and stored[1], "both ranks must store a reflection for this test to mean anything"
+    pool = ranks[0]["pool"]
+    assert {int(slot) for slot in pool["prompts"]} == stored[0] | stored[1]
+    assert pool["next"] == 6 * 4 % 16
+    assert pool["updates"] == sum(updated for rank in ranks for step in rank["taken"] for _, updated in step)
+
+
 def test_gpu_code_paths_run_on_cpu_and_report_speed_and_memory(tmp_path):
     """bf16 autocast, non-reentrant gradient checkpointing and the token cap, on CPU; the perf metrics are logged."""
     from erl_agents.trainer import Trainer
@@ -272,7 +300,7 @@ def test_gpu_code_paths_run_on_cpu_and_report_speed_and_memory(tmp_path):
         tiny_intermediate=64, tiny_vocab=300, progress=False, save_final_model=False, precision="bf16",
         gradient_checkpointing=True, max_tokens_per_micro_batch=64, micro_batch_size=8))
     trainer = Trainer(config)
-    assert trainer.precision is torch.bfloat16 and trainer.policy.model.model.gradient_checkpointing
+    assert trainer.precision.compute is torch.bfloat16 and trainer.policy.model.model.gradient_checkpointing
     rows = trainer.train()
     last = rows[-1]
     for key in ("time/generation_tokens_per_s", "time/update_tokens_per_s", "time/peak_memory_gb"):

@@ -200,3 +200,66 @@ def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch)
 
     monkeypatch.setattr(rollout, "generate_replies", reference)
     assert play(ConstraintTable()) == fast
+
+
+# --- the response budget (the reference's max_response_length per attempt) ---
+
+
+def _budget_setup(policy):
+    from erl_agents.rollout import ResponseBudget
+
+    env = TextBanditEnv(turns=3, contextual=True)
+    lengths = {len(policy.tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in env.valid_actions}
+    assert len(lengths) == 1, "every door's reply must have the same length for these budgets"
+    probe = TextBanditEnv(turns=3, contextual=True)
+    probe.reset(seed=1)
+    turn2 = probe.step("```A```")[0]
+    return ResponseBudget(env), lengths.pop(), len(policy.chat.user_turn(turn2))
+
+
+def test_a_reply_that_reaches_the_response_budget_is_cut_and_ends_its_attempt(policy):
+    env, reply, _ = _budget_setup(policy)
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                              table=ConstraintTable(), response_budget=1)
+    (trajectory,) = episode.trajectories
+    assert trajectory.num_model_tokens == 1 and trajectory.response_cut  # one token, and no second turn of three
+    assert trajectory.truncated_replies == 1  # closed with an end-of-turn token the model did not write
+
+
+def test_an_attempt_ends_when_its_next_turn_would_have_no_room(policy):
+    env, reply, turn = _budget_setup(policy)
+    # Room for a reply and the next user turn, exactly: the attempt ends after its first step.
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                              table=ConstraintTable(), response_budget=reply + turn)
+    (trajectory,) = episode.trajectories
+    assert trajectory.num_model_tokens == reply and trajectory.response_cut and trajectory.truncated_replies == 0
+    # One token more: the second reply may use that one token, is cut there, and its step ends the attempt.
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                              table=ConstraintTable(), response_budget=reply + turn + 1)
+    (trajectory,) = episode.trajectories
+    assert trajectory.num_model_tokens == reply + 1 and trajectory.truncated_replies == 1 and trajectory.response_cut
+    # A reply cut by max_new_tokens while its attempt has room left is an ordinary truncated reply.
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 2), response_budget=1000)
+    (trajectory,) = episode.trajectories
+    assert policy.tokenizer.decode(trajectory.tokens).count("<|assistant|>") == 3 and not trajectory.response_cut
+    # Without a budget the episode plays its three turns.
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                              table=ConstraintTable())
+    assert episode.trajectories[0].num_model_tokens == 3 * reply and not episode.trajectories[0].response_cut
+
+
+def test_an_attempt_ended_by_the_budget_is_reflected_on_and_retried(policy):
+    from erl_envs.reflection import ReflectionWrapper
+
+    env, _, _ = _budget_setup(policy)
+    wrapper = ReflectionWrapper(env, gate_threshold=3.0)  # one step can never pass the gate: attempt 1 fails
+    (episode,) = run_episodes(policy, [wrapper], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8),
+                              SamplingParams(0.5, 0.9, 0, 5), constrained=True, table=ConstraintTable(),
+                              response_budget=1)
+    assert [t.role for t in episode.trajectories] == ["attempt1", "reflection", "attempt2"]
+    first, reflection, second = episode.trajectories
+    assert first.response_cut and second.response_cut and not reflection.response_cut
+    assert first.num_model_tokens == second.num_model_tokens == 1  # the reflection has its own budget
+    assert len(episode.record["attempt1"]["actions"]) == 1
+    with pytest.raises(ValueError, match="ResponseBudget"):
+        run_episodes(policy, [TextBanditEnv()], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), response_budget=5)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from erl_agents.config import build_config
+from erl_agents.rollout import ROLES
 from erl_agents.trainer import Trainer
 
 TIME_KEYS = ("time/", "lr")
@@ -176,3 +177,60 @@ def test_memory_rule_flag_reaches_every_reflection_wrapper(tmp_path):
                                       n_erl=2, memory_rule=rule, reflector="rule"))
         trainer.close()
         assert {env.memory_rule for env in trainer.train_envs} == {rule}
+
+
+def test_a_scaled_paper_run_builds_the_reference_batch_every_step(tmp_path):
+    """The paper preset's rows per step are the reference's 256 + 4F (64 tasks x 4 attempts, F failed first attempts:
+    each adds its reflection twice, its retry and a distilled copy of the retry), recorded over a 2-step run.
+
+    Scaled to a CPU test: 2 tasks a step instead of 64 (so 8 + 4F), the tiny model in fp32 instead of Qwen3-4B in
+    bf16 autocast, 16-token replies, a 96-token response budget and 24-token reflections instead of 10,240, no
+    evaluation. The rows, the reflections by the policy, the epoch order over the reference's 10,000 FrozenLake
+    tasks, the pool memory and the update schedule are the preset's."""
+    config = build_config(flags=dict(
+        preset="paper-qwen3-4b", env="ERL-FrozenLake-v0", model="tiny", device="cpu", dtype="float32", steps=2,
+        tasks_per_step=2, max_new_tokens=16, response_budget=96, reflect_max_new_tokens=24, max_seq_len=6144,
+        micro_batch_size=16, gradient_checkpointing=False, eval_every=0, checkpoint_every=0, progress=False,
+        save_final_model=False, output=str(tmp_path / "paper"), tiny_hidden=32, tiny_layers=1, tiny_heads=2,
+        tiny_intermediate=64))
+    assert (config.rows, config.logprob_temperature, config.epochs) == ("paper", "rollout", 10)
+    Trainer(config).train()
+    rows = [json.loads(line) for line in (tmp_path / "paper" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        failed = row["count/attempt2"]  # every failed first attempt is retried
+        assert failed > 0 and row["count/attempt1"] == 8
+        assert row["count/reflection"] == 2 * failed and row["count/distilled"] == failed
+        assert sum(row[f"count/{role}"] for role in ROLES) == 8 + 4 * failed
+
+
+def test_epochs_play_each_training_task_once_per_epoch(tmp_path, monkeypatch):
+    import text_bandit
+
+    played = []
+    reset = text_bandit.TextBanditEnv.reset
+
+    def spy(self, *, seed=None, options=None):
+        played.append(seed)
+        return reset(self, seed=seed, options=options)
+
+    monkeypatch.setattr(text_bandit.TextBanditEnv, "reset", spy)
+    config = _run_config(tmp_path, "epochs", steps=0, epochs=2, epoch_tasks=5, tasks_per_step=2, n_rlvr=2,
+                         eval_every=0, checkpoint_every=2)
+    trainer = Trainer(config)
+    assert trainer.total_steps == 4  # 2 epochs of 2 steps: 5 tasks make two batches of 2, the fifth is dropped
+    played.clear()
+    rows = trainer.train()
+    assert [row["step"] for row in rows] == [1, 2, 3, 4]
+    steps = [played[k:k + 4] for k in range(0, 16, 4)]  # 2 tasks x 2 samples a step, a task's samples together
+    assert all(step[0] == step[1] and step[2] == step[3] for step in steps)
+    epochs = [[s[k] for s in steps[e:e + 2] for k in (0, 2)] for e in (0, 2)]
+    assert all(len(set(e)) == 4 and set(e) <= set(range(5)) for e in epochs) and epochs[0] != epochs[1]
+    # --steps stops a run early, in the same order.
+    short = Trainer(_run_config(tmp_path, "short", steps=1, epochs=2, epoch_tasks=5, tasks_per_step=2, n_rlvr=2,
+                                eval_every=0, checkpoint_every=0))
+    played.clear()
+    short.train()
+    assert played == steps[0]
+    with pytest.raises(ValueError, match="steps at least 1, or steps 0 with epochs"):
+        _run_config(tmp_path, "none", steps=0)

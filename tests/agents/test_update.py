@@ -128,3 +128,28 @@ def test_mini_batch_schedule_and_minibatches_cannot_both_be_set():
         _config(ppo_mini_batch_size=8, minibatches=2)
     with pytest.raises(ValueError, match="clip_ratio_c"):
         _config(clip_ratio_c=1.0)
+
+
+def test_the_update_scores_every_row_at_the_rollout_temperature_when_asked():
+    """verl passes one temperature for the whole batch (the rollout's, 0.7), so the reference scores its
+    reflections, sampled at 0.5, at 0.7; the project's default scores each row at the temperature it was sampled
+    at. A reflection row's log-probs (seen through the entropy the loss reports) follow the choice."""
+    from erl_agents.update import row_temperatures
+
+    policy = _bandit_policy()
+    trajectories, table = _batch(policy)
+    rows = trajectories[:3]
+    rows[1].role = "reflection"
+    sampled = _config(temperature=0.7, reflect_temperature=0.5)
+    rollout = _config(temperature=0.7, reflect_temperature=0.5, logprob_temperature="rollout")
+    assert row_temperatures(rows, sampled).tolist() == pytest.approx([0.7, 0.5, 0.7])
+    assert row_temperatures(rows, rollout).tolist() == pytest.approx([0.7, 0.7, 0.7])
+
+    def entropy(config):
+        reflection = [rows[1]]
+        pad, tokens = policy.tokenizer.pad_token_id, float(rows[1].num_model_tokens)
+        return _micro_batch_loss(policy.model, None, reflection, table, config, pad, tokens, 1.0, None)[1]["entropy"]
+
+    at_07 = entropy(_config(temperature=0.7, reflect_temperature=0.7))
+    assert entropy(rollout) == pytest.approx(at_07)
+    assert entropy(sampled) != pytest.approx(at_07)

@@ -230,6 +230,20 @@ def test_pool_assigns_episodes_to_slots_in_turn_and_keeps_them_apart():
     assert len(pool) == 1 and pool.updates == 1
 
 
+def test_the_next_slot_can_be_moved_for_the_ranks_of_a_trainer():
+    """A data-parallel trainer starts each rank's episodes where a single process would (erl_agents.trainer)."""
+    from erl_envs.reflection.memory import PoolMemory
+
+    pool = PoolMemory(slots=4)
+    handle = pool.handle()
+    pool.next_slot = 3
+    handle.start_episode()
+    assert handle.slot == 3 and pool.next_slot == 0
+    for bad in (4, -1, True, 1.0):
+        with pytest.raises(ValueError, match="next_slot must be an int in 0..3"):
+            pool.next_slot = bad
+
+
 def test_pool_memory_round_trips_through_a_file(tmp_path):
     from erl_envs.reflection.memory import PoolMemory, load_memory, memory_from_dict
 
