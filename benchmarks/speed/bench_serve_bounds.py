@@ -11,7 +11,7 @@ machine. Four measurements, raw timings in benchmarks/results/serve_bounds.json,
 1. **Refusals.** A reset whose FrozenLake ``map`` is 4 MB, sent ``--trials`` times to a session and to OpenEnv's
    stateless ``POST /reset``: refused by the body cap (413, default 1 MiB), and on a server started with an 8 MiB cap
    by the map bound (400), in both cases before any cell is read. Baseline: the work the bound now prevents,
-   ``frozen_lake._prepare_map`` (validation and path search, which the env ran before its size check) on an
+   ``frozen_lake_maps._prepare_map`` (validation and path search, which the env ran before its size check) on an
    ``--baseline-side`` x side map, timed once in this process.
 2. **Costliest allowed resets** (in this process, ``--trials`` each): a full 16 x 16 FrozenLake map; a 20 x 20
    Sokoban level with five boxes, solved within the 20,000 solver states a reset-given level gets; generator
@@ -95,10 +95,10 @@ def refusals(trials: int) -> dict:
 
 
 def baseline_prevented_work(side: int) -> dict:
-    from erl_envs.grid import frozen_lake
+    from erl_envs.grid import frozen_lake_maps
 
     rows = ["S" + "F" * (side - 1)] + ["F" * side] * (side - 2) + ["F" * (side - 1) + "G"]
-    elapsed, _ = _timed(lambda: frozen_lake._prepare_map("\n".join(rows)))
+    elapsed, _ = _timed(lambda: frozen_lake_maps._prepare_map("\n".join(rows)))
     return {"side": side, "bytes": side * (side + 1), "seconds": elapsed}
 
 

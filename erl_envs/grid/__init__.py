@@ -2,7 +2,7 @@
 
 Data flows one way: ``actions`` (reading a move from a reply), ``text`` (symbols and the text board), ``render``
 (pygame), ``draws`` (seeded sampling) and ``prompts`` feed ``env`` (``GridTextEnv``, what both games share), which
-``frozen_lake`` and ``sokoban`` build on. Sokoban's ``sokoban_levels`` (the level value, XSB files, the room's dead
+``frozen_lake`` (its maps: ``frozen_lake_maps``) and ``sokoban`` build on. Sokoban's ``sokoban_levels`` (the level value, XSB files, the room's dead
 squares) is what ``sokoban_solver`` and ``sokoban_generator`` work on.
 """
 

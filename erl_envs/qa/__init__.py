@@ -2,7 +2,7 @@
 
 Data flows one way: ``data`` (questions and passages, ``records``, from files, ``datasets`` or the ``synthetic``
 generator),
-``search`` (the BM25 index), ``scoring`` (reading the final answer, EM/F1 and the paper's reward), ``tools`` (reading
+``search`` (the BM25 index), ``results`` (how its hits read), ``scoring`` (reading the final answer, EM/F1 and the paper's reward), ``tools`` (reading
 a reply as search calls or an answer) and ``prompts`` feed ``hotpotqa`` (``HotpotQAEnv``).
 """
 

@@ -23,6 +23,8 @@ from erl_envs.qa.data import (
 )
 from erl_envs.qa import prompts as qa_prompts
 from erl_envs.qa.scoring import ANSWER_EXTRACTIONS, SCORINGS, qa_reward
+from erl_envs.qa.results import (NO_DOCUMENTS, TRUNCATION_MARK, extended_results, paper_hit, paper_results,
+                                  shown_text)
 from erl_envs.qa.search import ENGLISH_STOPWORDS, IDFS, BM25Index, Tokenizer
 from erl_envs.qa.tools import MAX_CALLS_PER_REPLY, QAReply, parse_qa_calls
 
@@ -39,7 +41,6 @@ PROTOCOLS = {
 # Under "paper" a reply may hold as many calls as it has room for; the shortest that parses,
 # '<tool_call>{"name":"","arguments":0}' (an unclosed last tag), is this long: it bounds the calls of one reply.
 _SHORTEST_PAPER_CALL = len('<tool_call>{"name":"","arguments":0}')
-_NO_DOCUMENTS = "No relevant documents found for the query."
 # Only the last this-many characters of a reply are read (the action space's max_length): a 10 MB reply then costs
 # about what a grid step costs instead of seconds. The end is kept because that is where the answer is read from.
 MAX_REPLY_CHARS = 65_536
@@ -50,7 +51,6 @@ _QUESTION_INDEXES = 4096
 # Bounds on what the env echoes back from the agent, so that every observation fits the observation space.
 _MAX_ECHO_CHARS = 200
 _SCORE_CHARS = 16  # "-12345678.12" and then some: a score is never printed wider than this
-_TRUNCATION_MARK = " ..."
 
 
 @dataclass(eq=False)
@@ -86,26 +86,6 @@ def _file_identity(value: Any) -> Hashable | None:
     if isinstance(value, str):
         return value
     return None
-
-
-def shown_text(text: str, max_chars: int | None) -> str:
-    """A passage as the agent sees it: cut at a word boundary to at most ``max_chars`` plus a visible mark (None:
-    whole)."""
-    if max_chars is None or len(text) <= max_chars:
-        return text
-    cut = text[:max_chars]
-    space = cut.rfind(" ")
-    if space > max_chars // 2:
-        cut = cut[:space]
-    return cut + _TRUNCATION_MARK
-
-
-def paper_hit(rank: int, passage: Passage, score: float) -> str:
-    """One search hit as the reference's retriever shows it: its rank as the document id, the score to 3 decimals,
-    then the whole corpus record, printed as the Python dict it is (a Wikipedia-dump line: ``id``, and ``contents``,
-    the quoted title, a newline, the text). Its 300-character cut measures that dict's length, so it never fires."""
-    record = {"id": passage.id, "contents": f'"{passage.title}"\n{passage.text}'}
-    return f"[Document {rank}] (ID: doc_{rank}, Score: {score:.3f})\n{record}\n"
 
 
 class HotpotQAEnv(gym.Env[str, str]):
@@ -393,14 +373,14 @@ class HotpotQAEnv(gym.Env[str, str]):
         question_obs = len("Question: \n") + src.max_question_chars + footer
         passage_chars = src.max_text_chars if self.max_passage_chars is None else self.max_passage_chars
         hit = len("[] (score )\n\n") + len(str(self.max_top_k)) + src.max_title_chars + _SCORE_CHARS \
-            + passage_chars + len(_TRUNCATION_MARK)
+            + passage_chars + len(TRUNCATION_MARK)
         search_obs = len('Search results for "" (no passage matched):\n\n') + self.max_query_chars \
-            + len(_TRUNCATION_MARK) + self.max_top_k * hit
+            + len(TRUNCATION_MARK) + self.max_top_k * hit
         message_obs = 300 + 2 * _MAX_ECHO_CHARS  # unreadable call / end of episode, with echoed text
         if self.paper:
             # Every call of the reply runs: as many as the longest reply read can hold.
             calls = self.max_reply_chars // _SHORTEST_PAPER_CALL + 1
-            search_obs = self.max_top_k * (src.max_paper_hit_chars + 2 * _SCORE_CHARS + 1) + len(_NO_DOCUMENTS)
+            search_obs = self.max_top_k * (src.max_paper_hit_chars + 2 * _SCORE_CHARS + 1) + len(NO_DOCUMENTS)
             return max(question_obs, calls * max(search_obs, message_obs) + message_obs + footer)
         # A reply runs up to MAX_CALLS_PER_REPLY tool calls, each answered by its own block.
         return max(question_obs, MAX_CALLS_PER_REPLY * max(search_obs, message_obs) + message_obs + footer)
@@ -410,7 +390,7 @@ class HotpotQAEnv(gym.Env[str, str]):
         charset = self._source.charset
         clean = "".join(c for c in text[: max_chars * 4] if c in charset)
         clean = " ".join(clean.split())
-        return clean if len(clean) <= max_chars else clean[:max_chars] + _TRUNCATION_MARK
+        return clean if len(clean) <= max_chars else clean[:max_chars] + TRUNCATION_MARK
 
     def _footer(self) -> str:
         left = self.max_turns - self._turn
@@ -427,18 +407,10 @@ class HotpotQAEnv(gym.Env[str, str]):
         passages = self._passages
         results = [{"rank": r, "id": passages[i].id, "title": passages[i].title, "score": round(s, 4)}
                    for r, (i, s) in enumerate(hits, start=1)]
+        shown = [(passages[i], score) for i, score in hits]
         if self.paper:
-            if not results:
-                return _NO_DOCUMENTS, results
-            return "\n".join(paper_hit(r, passages[i], s) for r, (i, s) in enumerate(hits, start=1)), results
-        shown_query = self._sanitize(query, self.max_query_chars)
-        if not results:
-            return f'Search results for "{shown_query}" (no passage matched):\n', results
-        lines = [f'Search results for "{shown_query}":']
-        for result, (i, score) in zip(results, hits):
-            lines.append(f"[{result['rank']}] {result['title']} (score {score:.2f})")
-            lines.append(shown_text(passages[i].text, self.max_passage_chars))
-        return "\n".join(lines) + "\n", results
+            return paper_results(shown), results
+        return extended_results(self._sanitize(query, self.max_query_chars), shown, self.max_passage_chars), results
 
     # ------------------------------------------------------------------------------------------ gym API
 

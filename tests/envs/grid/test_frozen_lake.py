@@ -492,7 +492,7 @@ def test_paper_search_is_depth_first_not_shortest_path():
     In this 7x1 strip the goal is 6 moves away and the only path is straight, so it is accepted; at 7 moves it
     is not, although the feasible generator (budget 8) would take both.
     """
-    from erl_envs.grid.frozen_lake import _paper_search_accepts
+    from erl_envs.grid.frozen_lake_maps import _paper_search_accepts
 
     for length, accepted in ((6, True), (7, False)):
         n = length + 1
@@ -512,7 +512,7 @@ def test_paper_search_is_depth_first_not_shortest_path():
 
 def test_paper_generator_accepts_exactly_what_the_literal_search_accepts():
     """The shortcuts before the search (distance, shortest path, a goal at most 2 moves away) change no verdict."""
-    from erl_envs.grid.frozen_lake import _bfs_length, _paper_search_accepts, _passable_bits
+    from erl_envs.grid.frozen_lake_maps import _bfs_length, _paper_search_accepts, _passable_bits
 
     rng = np.random.default_rng(11)
     for _ in range(3000):
@@ -603,14 +603,14 @@ def test_abstract_symbols_are_the_papers_with_an_ascii_agent_on_the_goal():
 
 def _no_map_work(monkeypatch):
     """Fail the test if a map's cells are read (the checks and the path search cost grow with its size)."""
-    from erl_envs.grid import frozen_lake
+    from erl_envs.grid import frozen_lake_maps
 
     def refuse(*_):
         raise AssertionError("the map was read before its size was checked")
 
-    monkeypatch.setattr(frozen_lake, "_prepare_map", refuse)
-    monkeypatch.setattr(frozen_lake, "_prepared_map_cached", refuse)
-    monkeypatch.setattr(frozen_lake, "validate_map", refuse)
+    monkeypatch.setattr(frozen_lake_maps, "_prepare_map", refuse)
+    monkeypatch.setattr(frozen_lake_maps, "_prepared_map_cached", refuse)
+    monkeypatch.setattr(frozen_lake_maps, "validate_map", refuse)
 
 
 @pytest.mark.parametrize("huge", [
