@@ -1,9 +1,9 @@
 """Multi-hop question answering: the HotpotQA env, its data, the search tool protocol, answer scoring, BM25.
 
 Data flows one way: ``data`` (questions and passages, ``records``, from files, ``datasets`` or the ``synthetic``
-generator),
-``search`` (the BM25 index), ``results`` (how its hits read), ``scoring`` (reading the final answer, EM/F1 and the paper's reward), ``tools`` (reading
-a reply as search calls or an answer) and ``prompts`` feed ``hotpotqa`` (``HotpotQAEnv``).
+generator), ``search`` (the BM25 index), ``results`` (how its hits read), ``scoring`` (reading the final answer,
+EM/F1 and the paper's reward), ``tools`` (reading a reply as search calls or an answer) and ``prompts`` feed
+``hotpotqa`` (``HotpotQAEnv``).
 """
 
 from erl_envs.qa.data import DataError, Passage, Question, generate_synthetic, load_corpus, load_questions
