@@ -204,7 +204,7 @@ def _episode(policy, task, index, r1, r2=None):
     return Episode(task=task, index=index, trajectories=trajectories, initial_system_prompt="initial prompt")
 
 
-def _advantages(rows, role):
+def _role_advantages(rows, role):
     return [round(t.advantage, 5) for t in rows if t.role == role]
 
 
@@ -218,13 +218,13 @@ def test_paper_rows_are_the_reference_batch_and_erl_rows_the_papers_text(policy)
     # Both batches hold the same conversation objects: each batch's advantages are read right after assigning them.
     erl_rows = training_rows(policy, episodes, _config("erl"))
     assign_advantages(erl_rows, _config("erl"))
-    erl = {role: _advantages(erl_rows, role) for role in ROLES}
+    erl = {role: _role_advantages(erl_rows, role) for role in ROLES}
     assert len(erl_rows) == 4 + 2 * 3 + 2  # 256 + 2F + S at the paper's scale
     assert {t.system_prompt for t in erl_rows if t.role == "distilled"} == {"initial prompt"}
 
     paper_rows = training_rows(policy, episodes, _config("paper"), distill_prompt="the reference's initial prompt")
     assign_advantages(paper_rows, _config("paper"))
-    paper = {role: _advantages(paper_rows, role) for role in ROLES}
+    paper = {role: _role_advantages(paper_rows, role) for role in ROLES}
     assert len(paper_rows) == 4 + 4 * 3  # 256 + 4F at the paper's scale
     # The reference's order within an episode: attempt 1, reflection, attempt 2, its distilled copy, the reflection
     # again (the same object).

@@ -272,5 +272,6 @@ def test_a_refused_reset_leaves_the_trl_env_usable():
     env = Env()
     with pytest.raises(ValueError, match="no such option"):
         env.reset(seed=1, options={"no such option": 1})
-    assert env.reset(seed=2) == gym.make("ERL-FrozenLake-v0", **SMALL).reset(seed=2)[0]
+    # Without a system message in the row the tool's instructions come first; the grid is seed 2's.
+    assert env.reset(seed=2).endswith(gym.make("ERL-FrozenLake-v0", **SMALL).reset(seed=2)[0])
     assert isinstance(env.move("Up"), str)
