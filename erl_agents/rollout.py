@@ -16,17 +16,17 @@ reads only the env's new message. The samples are the same as when every turn re
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import gymnasium as gym
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StaticCache
+from transformers import LogitsProcessorList, StaticCache, StoppingCriteriaList
 from transformers.cache_utils import DynamicLayer, StaticLayer
 from transformers.generation import GenerateDecoderOnlyOutput
 
+from erl_agents.decoding import ActionTrie, ConstraintTable, StopString, TrieConstraint, stop_string_end
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
 
@@ -112,103 +112,6 @@ class Episode:
         return next((t for t in self.trajectories if t.role == role), None)
 
 
-class ConstraintTable:
-    """The token sets constrained decoding allowed, interned so a trajectory stores one small int per token."""
-
-    def __init__(self):
-        self.sets: list[tuple[int, ...]] = []
-        self._index: dict[tuple[int, ...], int] = {}
-
-    def intern(self, allowed: Sequence[int]) -> int:
-        key = tuple(sorted(set(allowed)))
-        if key not in self._index:
-            self._index[key] = len(self.sets)
-            self.sets.append(key)
-        return self._index[key]
-
-    def allowed_mask(self, indices: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """``[N, V]`` bool: row i allows the set ``indices[i]``, or every token when it is -1."""
-        mask = torch.ones(len(indices), vocab_size, dtype=torch.bool)
-        for row in torch.nonzero(indices >= 0).flatten().tolist():
-            mask[row] = False
-            mask[row, list(self.sets[int(indices[row])])] = True
-        return mask
-
-
-class _ActionTrie:
-    """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix.
-
-    Nodes are numbered so that a generation step can advance every row with one dict lookup and fetch every row's
-    mask with one tensor index. A prefix that leaves the trie (a row that already ended and is being padded) lands
-    in an absorbing node that allows only end-of-turn, as does a finished reply.
-    """
-
-    ROOT = 0
-
-    def __init__(self, policy: Policy, actions: Sequence[str]):
-        end = policy.chat.end_of_turn_id
-        self.children: list[dict[int, int]] = [{}]
-        self.depth = 0
-        for text in actions:
-            tokens = policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]
-            self.depth = max(self.depth, len(tokens))
-            node = self.ROOT
-            for token in tokens:
-                if token not in self.children[node]:
-                    self.children[node][token] = len(self.children)
-                    self.children.append({})
-                node = self.children[node][token]
-        self.off = len(self.children)  # the absorbing node: off the trie
-        self.children.append({})
-        self.sets = [tuple(sorted(c)) if c else (end,) for c in self.children]
-        self._masks: dict[tuple, torch.Tensor] = {}
-
-    def step(self, node: int, token: int) -> int:
-        return self.children[node].get(token, self.off)
-
-    def allowed(self, prefix: Sequence[int]) -> list[int]:
-        node = self.ROOT
-        for token in prefix:
-            node = self.step(node, token)
-        return list(self.sets[node])
-
-    def masks(self, like: torch.Tensor) -> torch.Tensor:
-        """``[nodes, V]``: 0 where a node allows the token, -inf elsewhere (what gets added to the logits)."""
-        key = (like.shape[-1], like.dtype, like.device)
-        if key not in self._masks:
-            table = torch.full((len(self.sets), like.shape[-1]), -math.inf, dtype=like.dtype)
-            for node, allowed in enumerate(self.sets):
-                table[node, list(allowed)] = 0
-            self._masks[key] = table.to(like.device)
-        return self._masks[key]
-
-
-class _TrieConstraint(LogitsProcessor):
-    """Restricts each row to what the trie allows after its reply so far.
-
-    The same arithmetic as ``generate``'s ``prefix_allowed_tokens_fn`` processor (add 0 / -inf; rows whose allowed
-    tokens are all -inf get the bare mask), so the sampled tokens are the same, but each step costs one dict lookup
-    per row and one gather, not a trie walk and a mask write per row. The nodes of every step are kept, which is
-    what the constraint sets of the sampled tokens are read from.
-    """
-
-    def __init__(self, trie: _ActionTrie, prompt_width: int):
-        self.trie = trie
-        self.prompt_width = prompt_width
-        self.nodes: list[list[int]] = []  # per generation step, per row
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if input_ids.shape[1] == self.prompt_width:
-            nodes = [self.trie.ROOT] * input_ids.shape[0]
-        else:
-            nodes = [self.trie.step(n, t) for n, t in zip(self.nodes[-1], input_ids[:, -1].tolist())]
-        self.nodes.append(nodes)
-        mask = self.trie.masks(scores)[torch.tensor(nodes, device=scores.device)]
-        processed = scores + mask
-        unsatisfiable = processed.amax(dim=-1, keepdim=True).isneginf()
-        return torch.where(unsatisfiable, mask, processed)
-
-
 @dataclass
 class CachedPrefix:
     """The keys and values of a conversation's first tokens, as the ``generate`` call that read them left them.
@@ -229,7 +132,7 @@ class Reply:
     ids: list[int]  # sampled tokens, including the end-of-turn token when the model produced it
     logprobs: list[float]
     constraints: list[int]
-    finished: bool  # ended with a stop token (else it hit max_new_tokens)
+    finished: bool  # ended with a stop token or the stop string (else it hit max_new_tokens)
     prefix: CachedPrefix | None = None  # with kv_reuse: context and reply as far as the model has read them
 
 
@@ -302,6 +205,7 @@ def generate_replies(
     valid_actions: Sequence[str] | None = None,
     table: ConstraintTable | None = None,
     prefixes: list[CachedPrefix | None] | None = None,
+    stop_string: str = "",
 ) -> list[Reply]:
     """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
 
@@ -313,6 +217,9 @@ def generate_replies(
     tokens keep the positions they were read at, the new ones are left-padded after them, so every row sees exactly
     what it would see re-read from scratch: the same samples for the same seed. The list is emptied once read, so
     that the caches it pointed to can be freed before the new one grows.
+
+    With ``stop_string`` a reply also ends once its text holds that string; it is cut after the token that completes
+    it and counts as finished (it has no end-of-turn token: the caller closes the turn).
     """
     tokenizer, chat = policy.tokenizer, policy.chat
     cached = _cached_lengths(prefixes, contexts) if prefixes is not None else [0] * len(contexts)
@@ -327,12 +234,13 @@ def generate_replies(
         input_ids[row, width - len(ids) + n:] = torch.tensor(ids[n:], dtype=torch.long)
         attention[row, past - n: past] = 1
         attention[row, width - len(ids) + n:] = 1
-    constraint = _TrieConstraint(_ActionTrie(policy, valid_actions), width) if valid_actions else None
+    constraint = TrieConstraint(ActionTrie(policy, valid_actions), width) if valid_actions else None
     # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
     max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
     # Room for the context and every sampled token but the last, which the model never reads (the length
     # transformers' own static cache takes, so the attention sums run over the same columns).
     cache = _preallocated_cache(policy, width + max_new - 1, _stack_prefixes(prefixes, past) if past else None)
+    stopping = StoppingCriteriaList([StopString(tokenizer, stop_string, width)] if stop_string else [])
     reuse = prefixes is not None
     if reuse:
         prefixes.clear()  # handed over: the previous calls' caches can go before generate grows the new one
@@ -349,6 +257,7 @@ def generate_replies(
         output_scores=True,
         return_dict_in_generate=True,
         logits_processor=LogitsProcessorList([constraint] if constraint is not None else []),
+        stopping_criteria=stopping,
         **{_CACHE: cache},
     )
     new = out.sequences[:, width:]
@@ -370,6 +279,10 @@ def generate_replies(
             if token in stops:
                 ids, finished = ids[: cut + 1], True
                 break
+        if stop_string:
+            end = stop_string_end(tokenizer, ids, stop_string)
+            if end is not None:
+                ids, finished = ids[:end], True
         constraints = [-1] * len(ids)
         if constraint is not None and table is not None:
             nodes = [constraint.nodes[k][row] for k in range(len(ids))]
@@ -424,6 +337,8 @@ def run_episodes(
     time_limit: float = 0.0,
     token_limit: int = 0,
     kv_reuse: bool = True,
+    reflect_prefix: str = "",
+    reflect_stop: str = "",
 ) -> list[Episode]:
     """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
 
@@ -438,6 +353,11 @@ def run_episodes(
 
     ``kv_reuse`` keeps each conversation's keys and values from one turn to the next, so a turn reads only the
     env's new message; off, every turn re-reads the whole conversation. Both give the same episodes for the same seed.
+
+    ``reflect_prefix`` starts every reflection reply with that text (e.g. ``<prompt>``), put in the context as env
+    tokens (no gradient) after the assistant header, and the env receives prefix + reply; ``reflect_stop`` ends a
+    reflection once it holds that text (e.g. ``</prompt>``), and the turn is closed with an end-of-turn env token.
+    A small model then writes the block's content rather than a preamble, and stops where the block ends.
     """
     if not (len(envs) == len(resets) == len(tasks)):
         raise ValueError(f"envs, resets and tasks must have the same length, got {len(envs)}, {len(resets)}, {len(tasks)}")
@@ -446,6 +366,7 @@ def run_episodes(
     timing.setdefault("env", 0.0)
     chat = policy.chat
     reflect_sampling = reflect_sampling or sampling
+    prefill = policy.tokenizer(reflect_prefix, add_special_tokens=False)["input_ids"] if reflect_prefix else []
     live: list[_Live] = []
     clock = time.perf_counter()
     for index, (env, (seed, options), task) in enumerate(zip(envs, resets, tasks)):
@@ -453,7 +374,7 @@ def run_episodes(
         episode = Episode(task=task, index=index, initial_system_prompt=instructions_of(env))
         state = _Live(env, episode, _valid_actions_of(env) if constrained else None, clock)
         _open(state, chat, info.get("system_prompt") or episode.initial_system_prompt, obs, info.get("phase", "attempt1"),
-              max_seq_len)
+              max_seq_len, prefill)
         live.append(state)
     episodes = [state.episode for state in live]
     timing["env"] += time.perf_counter() - clock
@@ -479,7 +400,8 @@ def run_episodes(
             budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
             params = SamplingParams(params.temperature, params.top_p, params.top_k, max(budget, 1))
             out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
-                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None)
+                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None,
+                                   stop_string=reflect_stop if reflect else "")
             for i, reply in zip(members, out):
                 live[i].prefix, reply.prefix = reply.prefix, None
             replies.update(zip(members, out))
@@ -496,12 +418,15 @@ def run_episodes(
                 masked = mask_truncated and not reply.finished
                 conversation.append(reply.ids, model=not masked, logprobs=None if masked else reply.logprobs,
                                     constraints=None if masked else reply.constraints)
-                if not reply.finished:
-                    # The turn hit max_new_tokens: close it like the template would, as an env token (no gradient).
+                if not reply.ids or reply.ids[-1] not in chat.stop_ids:
+                    # The turn hit max_new_tokens, or the stop string: close it like the template would, as an env
+                    # token (no gradient).
                     conversation.append([chat.end_of_turn_id], model=False)
-                    conversation.truncated_replies += 1
+                    conversation.truncated_replies += not reply.finished
                 state.episode.generated_tokens += len(reply.ids)
                 text = chat.reply_text(reply.ids)
+                if state.phase == "reflect":
+                    text = reflect_prefix + text
             obs, reward, terminated, truncated, info = state.env.step(text)
             conversation.reward += float(reward)
             state.episode.returns += float(reward)
@@ -511,7 +436,7 @@ def run_episodes(
                 _end_over_budget(state, over)
             elif info.get("new_conversation"):
                 _close(state)
-                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len)
+                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len, prefill)
                 still.append(state)
             else:
                 state.phase = info.get("phase", state.phase)
@@ -535,8 +460,11 @@ def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list[CachedPre
     return prefixes
 
 
-def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int) -> None:
+def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int,
+          prefill: Sequence[int] = ()) -> None:
     tokens = chat.open(system_prompt, obs)
+    if phase == "reflect":
+        tokens += list(prefill)  # the reply's first words, given: context, not sampled
     role = _ROLE_OF_PHASE.get(phase, "attempt1")
     state.phase = phase
     state.conversation = Trajectory(

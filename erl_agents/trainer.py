@@ -42,8 +42,11 @@ __all__ = ["Trainer"]
 class Trainer:
     """Owns the policy, optimizer, envs, reflection memory and run directory; ``train()`` is the loop."""
 
-    def __init__(self, config: TrainConfig, is_main_process: bool = True, world: World | None = None):
+    def __init__(self, config: TrainConfig, is_main_process: bool = True, world: World | None = None,
+                 warmup_teacher=None):
         self.config = config
+        # The reflection warm-up's teacher: any callable ReflectionRequest -> text; None: config.warmup_reflector.
+        self.warmup_teacher = warmup_teacher
         # Data parallel (see erl_agents.distributed): this rank rolls out tasks [task_range) of each step.
         self.world = world or World()
         if config.tasks_per_step < self.world.size:
@@ -153,10 +156,10 @@ class Trainer:
         else:
             self.memory = PoolMemory(cfg.memory_slots) if cfg.memory == "pool" else ReflectionMemory()
         reflector = None
-        if cfg.reflector in ("rule", "plan"):
-            from erl_envs.reflection.reflectors import RuleReflector
+        if cfg.reflector != "policy":
+            from erl_agents.warmup import teacher_reflector
 
-            reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
+            reflector = teacher_reflector(cfg.reflector)
         # A pool gives each wrapper a handle; every episode takes the pool's next slot (see PoolMemory).
         memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
         return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
@@ -196,6 +199,13 @@ class Trainer:
                                  max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
         return Policy(model, tokenizer)
 
+    def _reflection_prefill(self) -> tuple[str, str]:
+        """What starts the policy's reflections (as context) and what stops them: ``<prompt>`` and ``</prompt>``
+        with ``reflect_prefill``, else nothing."""
+        from erl_envs.reflection.wrapper import PROMPT_CLOSE, PROMPT_OPEN
+
+        return (PROMPT_OPEN + "\n", PROMPT_CLOSE) if self.config.reflect_prefill else ("", "")
+
     def _sampling(self) -> tuple[SamplingParams, SamplingParams, SamplingParams]:
         cfg = self.config
         return (SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens),
@@ -227,8 +237,11 @@ class Trainer:
             from tqdm.auto import tqdm
 
             progress = tqdm(total=cfg.steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
-        if self.step == 0 and cfg.eval_every:
+        if self.step == 0 and cfg.eval_every and cfg.eval_at_start and not self.metrics:
             self._log(self._evaluate(eval_sampling, {"step": 0}))
+        if self.step == 0 and cfg.algo == "erl" and cfg.reflection_warmup:
+            self._warm_up(sampling)
+        prefix, stop = self._reflection_prefill()
         while self.step < cfg.steps:
             self.step += 1
             step_start = time.perf_counter()
@@ -248,7 +261,7 @@ class Trainer:
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
                                         time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
-                                        kv_reuse=cfg.kv_reuse)
+                                        kv_reuse=cfg.kv_reuse, reflect_prefix=prefix, reflect_stop=stop)
             if self.memory is not None and self.world.enabled:
                 self._sync_memory(memory_updates)
             trajectories = [t for e in episodes for t in e.trajectories]
@@ -319,6 +332,59 @@ class Trainer:
         return self.metrics
 
     # --- pieces of the loop ---
+
+    def _warm_up(self, sampling: SamplingParams) -> None:
+        """``reflection_warmup`` steps of supervised reflection rows from the teacher (``erl_agents.warmup``), each
+        logged as a metrics row with ``warmup_step``; a resumed run continues the warm-up where its rows end."""
+        from erl_agents.warmup import (EndAfterReflection, TeacherCapture, play_randomly, teacher_nll,
+                                       teacher_reflector, teacher_rows)
+        from erl_envs.reflection import ReflectionWrapper
+
+        cfg = self.config
+        done = sum(1 for m in self.metrics if "warmup_step" in m)
+        if done >= cfg.reflection_warmup:
+            return
+        teacher = self.warmup_teacher if self.warmup_teacher is not None else teacher_reflector(cfg.warmup_reflector)
+        captures = [TeacherCapture(teacher) for _ in self.envs]
+        envs = [EndAfterReflection(ReflectionWrapper(env, reflector=capture, gate_threshold=cfg.gate_threshold,
+                                                     reflection_instructions=cfg.reflection_instructions or None),
+                                   capture) for env, capture in zip(self.envs, captures)]
+        random_play = all(getattr(env.unwrapped, "valid_actions", None) for env in self.envs)
+        prefix, stop = self._reflection_prefill()
+        for number in range(done + 1, cfg.reflection_warmup + 1):
+            clock = time.perf_counter()
+            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step))
+            tasks = [i for i in range(*self.task_range) for _ in range(self.group_size)]
+            resets = [(int(seeds[i]), None) for i in tasks]
+            table = ConstraintTable()
+            self.policy.model.eval()
+            generated = 0
+            if random_play:
+                solved = play_randomly(envs, resets, self.rng)
+            else:
+                with autocast(self.device, self.precision):
+                    episodes = run_episodes(self.policy, envs, resets, tasks, sampling,
+                                            constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
+                                            table=table, kv_reuse=cfg.kv_reuse)
+                solved = [e.success for e in episodes]
+                generated = sum(e.generated_tokens for e in episodes)
+            rows = teacher_rows(self.policy, captures, prefix, stop, cfg.max_seq_len)
+            with autocast(self.device, self.precision):
+                nll = teacher_nll(self.policy, rows, cfg.micro_batch_size)
+            update = policy_update(self.train_model, self.optimizer, self.scheduler, rows, table, cfg,
+                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
+            # Sums over ranks (no-ops without data parallel); the NLL is weighted by each rank's teacher tokens.
+            scored_here = sum(t.num_model_tokens for t in rows)
+            generated, successes, played, count, scored, nll_sum = self.world.sum([
+                float(generated), float(sum(solved)), float(len(solved)), float(len(rows)), float(scored_here),
+                nll * scored_here if rows else 0.0])
+            self._log({"step": 0, "warmup_step": number, "tokens/generated": int(generated),
+                       "warmup/random_player": float(random_play),
+                       "warmup/attempt1_success": successes / max(played, 1), "warmup/rows": int(count),
+                       "warmup/nll_before": nll_sum / scored if scored else float("nan"),
+                       "warmup/trained_tokens": update["trained_tokens"],
+                       "time/warmup_step": time.perf_counter() - clock})
+        self.save()
 
     def _evaluate(self, sampling: SamplingParams, row: dict) -> dict:
         cfg = self.config

@@ -13,6 +13,7 @@ from erl_envs.grid import draws
 from erl_envs.grid.actions import ACTION_NAMES, MOVES, GridAction
 from erl_envs.grid.env import GridTextEnv, MoveOutcome
 from erl_envs.grid.text import FROZEN_LAKE_SYMBOLS, SymbolSet
+from erl_envs.paper_tasks import frozenlake_test_rows
 
 __all__ = [
     "FrozenLakeTextEnv",
@@ -25,6 +26,7 @@ __all__ = [
     "MAX_MAP_SIDE",
     "GENERATORS",
     "PAPER_SEARCH_DEPTH",
+    "paper_test_maps",
 ]
 
 # The paper's distribution: side n ~ U{2..9}, frozen-tile probability p ~ U[0.6, 0.85).
@@ -36,6 +38,8 @@ MAX_MAP_SIDE = 16
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
+# A drawn map equal to an excluded one is redrawn, up to this many times in a row.
+_EXCLUDED_REDRAWS = 1000
 # Grid texts and task ids of this many maps are kept per env (see _new_level).
 _MAP_TEXT_CACHE_SIZE = 4096
 # "paper": the reference code's generator, map for map; "feasible": ours, every map solvable within the step budget.
@@ -43,6 +47,13 @@ GENERATORS = ("paper", "feasible")
 # The reference generator's search expands cells reached in at most this many moves, so its goal is at most one
 # move further (6 moves) along the path that search happened to find.
 PAPER_SEARCH_DEPTH = 5
+
+
+@lru_cache(maxsize=1)
+def paper_test_maps() -> frozenset[str]:
+    """The paper's 100 FrozenLake test maps, each flattened to one string of S/F/H/G (what ``exclude="paper-test"``
+    keeps out of training draws)."""
+    return frozenset("".join(row["map"]) for row in frozenlake_test_rows())
 
 
 class MapError(ValueError):
@@ -489,7 +500,11 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
     ``reveal_rules=False`` (True appends the symbol legend and rules to
     ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``);
-    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``).
+    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``); ``exclude=None`` (``"paper-test"``: a
+    drawn map equal to one of the paper's 100 test maps is redrawn from the same generator, so training never sees a
+    held-out map, as Sokoban's generator already does; or a sequence of maps). Exclusion applies to every drawn map,
+    those of a reset with ``size``/``p`` options too, so evaluate the paper's test rows with an env built without
+    it (the trainer's ``eval_env_kwargs``); a map given with the ``map`` option is always played.
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
     ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
     ``max(16, largest size)`` per side fit.
@@ -549,10 +564,12 @@ class FrozenLakeTextEnv(GridTextEnv):
         action_format: str = "paper",
         prompts: str = "lenient",
         generator: str = "paper",
+        exclude: str | Sequence[Any] | None = None,
     ):
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {list(GENERATORS)}, got {generator!r}")
         self.generator = generator
+        self.exclude = self._excluded_maps(exclude)
         self.size = size
         self.p = p
         self._sizes = _size_range(size)
@@ -591,6 +608,22 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._map_texts: dict[str, tuple[str, str]] = {}  # flattened map -> (its grid text, its task digest)
         self._line_width = 0
 
+    @staticmethod
+    def _excluded_maps(exclude: Any) -> frozenset[str]:
+        """The flattened maps that drawing must not produce."""
+        if exclude is None:
+            return frozenset()
+        if isinstance(exclude, str):
+            if exclude != "paper-test":
+                raise ValueError(f"exclude must be 'paper-test', None or a sequence of maps, got {exclude!r}")
+            return paper_test_maps()
+        try:
+            items = list(exclude)
+        except TypeError:
+            raise TypeError(f"exclude must be 'paper-test', None or a sequence of maps, got "
+                            f"{type(exclude).__name__}") from None
+        return frozenset("".join(validate_map(item)) for item in items)
+
     # ------------------------------------------------------------------ GridTextEnv hooks
 
     def _new_level(self, options: dict) -> None:
@@ -617,10 +650,17 @@ class FrozenLakeTextEnv(GridTextEnv):
             # rng.integers(lo, hi + 1) and rng.uniform(lo, hi), drawn the cheap way (same numbers, same stream).
             n = sizes[0] if sizes[0] == sizes[1] else sizes[0] + draws.integers(rng, sizes[1] - sizes[0] + 1, 1)[0]
             level_p = lo if lo == hi else lo + (hi - lo) * rng.random()
-            if self.generator == "paper":
-                flat, start, goal, shortest = _draw_paper_map(rng, n, level_p)
+            for _ in range(_EXCLUDED_REDRAWS):
+                if self.generator == "paper":
+                    flat, start, goal, shortest = _draw_paper_map(rng, n, level_p)
+                else:
+                    flat, start, goal, shortest = _draw_map(rng, n, level_p, self.episode_max_steps,
+                                                            GENERATOR_MAX_TRIES)
+                if flat not in self.exclude:
+                    break
             else:
-                flat, start, goal, shortest = _draw_map(rng, n, level_p, self.episode_max_steps, GENERATOR_MAX_TRIES)
+                raise ValueError(f"{_EXCLUDED_REDRAWS} drawn {n}x{n} maps in a row were in exclude=; these settings "
+                                 f"leave (almost) nothing else: pass other settings or exclude=None")
         self._flat = flat
         self._n = n
         self._pos = divmod(start, n)

@@ -30,17 +30,23 @@ from erl_envs.reflection.trace import (
     ReflectionRequest,
     TraceStep,
     format_paper_trace,
+    format_small_trace,
     format_trace,
 )
 
 __all__ = [
     "ReflectionWrapper",
     "PHASES",
+    "PROMPT_OPEN",
+    "PROMPT_CLOSE",
     "extract_prompt",
     "to_jsonable",
 ]
 
 PHASES = ("attempt1", "reflect", "attempt2")
+# The tags around the new system prompt in a reflection (a trainer may start a reflection with the first and stop it
+# at the second: erl_agents' reflect_prefill).
+PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"
 
 _PROMPT_BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
@@ -363,7 +369,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompts.reflection_instructions(*texts) if reflection_instructions is None else reflection_instructions
         )
         self.format_reminder = prompts.format_reminder(*texts) if format_reminder is None else format_reminder
-        self._paper_request = prompts.uses_paper_set(*texts)
+        # Which request and trace layout the reflect phase shows: the paper's, the small-model one, or ours.
+        self._request_set = ("paper" if prompts.uses_paper_set(*texts) else
+                             "small" if prompts.uses_small_set(*texts) else "lenient")
 
         inner_obs = getattr(env, "observation_space", None)
         sample_length = max(getattr(inner_obs, "max_length", 0) or 0, 4096)
@@ -483,7 +491,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _trace_text(self, attempt: _Attempt, steps: tuple[TraceStep, ...] | None = None) -> str:
         steps = attempt.trace_steps() if steps is None else steps
-        write = format_paper_trace if self._paper_request else format_trace
+        write = {"paper": format_paper_trace, "small": format_small_trace, "lenient": format_trace}[self._request_set]
         return write(steps, _as_text(attempt.observations[-1]), attempt.total, attempt.feedback(),
                      self.max_trace_field_chars)
 
@@ -497,8 +505,10 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             base = self._instructions
         steps = attempt.trace_steps()
         trace = self._trace_text(attempt, steps)
-        if self._paper_request:
+        if self._request_set == "paper":
             text = prompts.PAPER_SET["reflection_request"].format(base_prompt=base, trace=trace, game=self.game_name)
+        elif self._request_set == "small":
+            text = prompts.SMALL_SET["reflection_request"].format(base_prompt=base, trace=trace)
         else:
             text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=trace)
         symbols = getattr(self.env.unwrapped, "symbols", None)
