@@ -353,9 +353,12 @@ class Trainer:
         prefix, stop = self._reflection_prefill()
         for number in range(done + 1, cfg.reflection_warmup + 1):
             clock = time.perf_counter()
-            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=cfg.tasks_per_step))
-            tasks = [i for i in range(*self.task_range) for _ in range(self.group_size)]
-            resets = [(int(seeds[i]), None) for i in tasks]
+            # One task per episode: the rows are supervised, so they need no groups, and distinct boards teach more.
+            low, high = (bound * self.group_size for bound in self.task_range)
+            count = cfg.tasks_per_step * self.group_size
+            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=count))
+            tasks = list(range(low, high))
+            resets = [(int(seeds[k]), None) for k in tasks]
             table = ConstraintTable()
             self.policy.model.eval()
             generated = 0

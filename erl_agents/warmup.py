@@ -4,7 +4,8 @@ A small model asked to reflect copies the trace back or rambles past its token b
 ``<prompt>`` block, every retry falls back to the initial prompt and ERL degenerates to RLVR with fewer attempts
 (benchmarks/results/smol_erl.md). ``--reflection-warmup N`` runs N steps before the first ERL step, each:
 
-1. first attempts of the step's tasks are played: by a uniformly random player over the env's valid actions when
+1. first attempts of ``tasks_per_step x n_erl`` distinct tasks are played (one episode each: the rows need no
+   GRPO groups, and more boards teach more): by a uniformly random player over the env's valid actions when
    the env declares them (the grid games; an untrained small policy under the small prompt set plays close to
    that, and no policy token is sampled, so the warm-up spends none of the sampled-token budget RLVR and ERL are
    matched on), else by the policy (its tokens then count in the budget);
