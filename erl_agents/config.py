@@ -44,6 +44,7 @@ class TrainConfig:
     reflect_prefill: bool = False  # the policy's reflection starts inside <prompt> (given) and stops at </prompt>
     reflection_warmup: int = 0  # steps training the reflection role on a teacher's rulebooks before ERL starts
     warmup_reflector: str = "brief"  # the warm-up's teacher: "rule", "plan" or "brief" (RuleReflector details)
+    warmup_lr: float = 0.0  # learning rate of the warm-up's updates; 0 = lr
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.reflection.prompts' for the env
@@ -208,6 +209,7 @@ RULES: dict[str, Rule] = {
     "reflect_prefill": _FLAG,
     "reflection_warmup": _off_or_more(),
     "warmup_reflector": _one_of("rule", "plan", "brief"),
+    "warmup_lr": _off_or_more(float),
     "no_memory": _FLAG,
     "memory": _one_of("single", "pool"),
     "memory_slots": _at_least(1),

@@ -374,8 +374,13 @@ class Trainer:
             rows = teacher_rows(self.policy, captures, prefix, stop, cfg.max_seq_len)
             with autocast(self.device, self.precision):
                 nll = teacher_nll(self.policy, rows, cfg.micro_batch_size)
+            if cfg.warmup_lr:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.warmup_lr
             update = policy_update(self.train_model, self.optimizer, self.scheduler, rows, table, cfg,
                                    self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world)
+            for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+                group["lr"] = lr  # the schedule's rate again (an update without rows does not step the schedule)
             # Sums over ranks (no-ops without data parallel); the NLL is weighted by each rank's teacher tokens.
             scored_here = sum(t.num_model_tokens for t in rows)
             generated, successes, played, count, scored, nll_sum = self.world.sum([

@@ -146,6 +146,20 @@ def test_a_random_player_ends_every_episode_and_reports_its_successes():
     assert all(env.unwrapped._done for env in envs)
 
 
+def test_a_warm_up_learning_rate_applies_to_the_warm_up_only(tmp_path):
+    teacher = lambda request: "<prompt>\nA is you and B is the goal.\n</prompt>"  # noqa: E731
+    slow = Trainer(_warmup_config(tmp_path, "slow", lr=1e-3, reflection_warmup=3), warmup_teacher=teacher)
+    slow_nll = [m["warmup/nll_before"] for m in slow.train() if "warmup_step" in m]
+    fast = Trainer(_warmup_config(tmp_path, "fast", lr=1e-3, warmup_lr=1e-2, reflection_warmup=3),
+                   warmup_teacher=teacher)
+    metrics = fast.train()
+    fast_nll = [m["warmup/nll_before"] for m in metrics if "warmup_step" in m]
+    assert fast_nll[0] == pytest.approx(slow_nll[0]) and fast_nll[-1] < slow_nll[-1] - 0.3
+    # ERL's own steps run at the run's rate.
+    assert all(group["lr"] == 1e-3 for group in fast.optimizer.param_groups)
+    assert next(m for m in metrics if m.get("step") == 1)["lr"] == 1e-3
+
+
 def test_warm_up_is_off_by_default_and_only_for_erl(tmp_path):
     metrics = Trainer(_warmup_config(tmp_path, "rlvr", algo="rlvr", n_rlvr=2)).train()
     assert not any("warmup_step" in m for m in metrics)
