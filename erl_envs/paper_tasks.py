@@ -17,6 +17,7 @@ __all__ = [
     "DATA_DIR",
     "sokoban_test_layouts",
     "frozenlake_test_rows",
+    "frozenlake_test_maps",
     "shared_paper_file",
 ]
 
@@ -43,6 +44,12 @@ def sokoban_test_layouts() -> list[list[str]]:
 def frozenlake_test_rows() -> list[dict]:
     """The paper's 100 FrozenLake test rows: ``seed``, ``size``, ``p``, ``index`` and the reference's ``map``."""
     return _jsonl("frozenlake_test.jsonl")
+
+
+@lru_cache(maxsize=1)
+def frozenlake_test_maps() -> frozenset[str]:
+    """The paper's FrozenLake test maps (97 distinct among the 100 rows), each flattened to one S/F/H/G string."""
+    return frozenset("".join(row["map"]) for row in frozenlake_test_rows())
 
 
 def shared_paper_file(name: str) -> Path | None:

@@ -151,8 +151,9 @@ def test_no_module_holds_two_ideas_by_size(package):
     not split naturally are named here with the reason."""
     one_idea = {
         # One env, with its map generators beside the class as in Gymnasium's toy_text/frozen_lake.py: the
-        # reference's generator is the env's own distribution.
-        "erl_envs/grid/frozen_lake.py": 710,
+        # reference's generator is the env's own distribution, and what its draws refuse (held-out maps, min_path)
+        # is part of that distribution.
+        "erl_envs/grid/frozen_lake.py": 740,
     }
     too_long = [f"{p.relative_to(ROOT)} ({len(p.read_text().splitlines())} lines)"
                 for p in sorted((ROOT / package).rglob("*.py"))

@@ -143,6 +143,19 @@ def move_summary(distributions: list[list[float]]) -> dict:
     }
 
 
+def probe_first_moves(policy, env_id: str, env_kwargs: dict, tasks: list) -> dict:
+    """The first-move summary under the protocol's prompt set (``env_kwargs``) and, for comparison, under the
+    lenient set, whose format example names ```Up```."""
+    from erl_agents.envs import make_env
+
+    out = {}
+    for name, kwargs in (("protocol", env_kwargs), ("lenient", {**env_kwargs, "prompts": "lenient"})):
+        env = make_env(env_id, kwargs)
+        out[name] = dict(move_summary(first_move_distribution(policy, env, tasks)),
+                         actions=list(env.unwrapped.valid_actions), prompts=kwargs.get("prompts", "lenient"))
+    return out
+
+
 def play(policy, envs, resets, sampling, reflect_sampling, constrained: bool, batch: int, clock: dict,
          prefill: tuple[str, str] = ("", "")) -> list:
     """``run_episodes`` in chunks of ``batch`` live episodes; ``clock`` accumulates generation seconds and tokens;
@@ -182,11 +195,7 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
         return ReflectionWrapper(make_env(env_id, env_kwargs),
                                  reflection_instructions=settings["reflection_instructions"] or None, **kwargs)
 
-    moves = None
-    if game == "frozenlake":
-        probe = make_env(env_id, env_kwargs)
-        moves = move_summary(first_move_distribution(policy, probe, tasks))
-        moves["actions"] = list(probe.unwrapped.valid_actions)
+    moves = probe_first_moves(policy, env_id, env_kwargs, tasks) if game == "frozenlake" else None
 
     # Attempt 1, the model's own reflection and its retry, in one pass.
     torch.manual_seed(seed)
@@ -227,7 +236,8 @@ def measure_game(policy, game: str, count: int, constrained: bool, batch: int, s
         "sampled_tokens": clock["tokens"],
         "load_average": load_average + [os.getloadavg()[0]],
         "example_reflection": next((records[i]["reflection"]["text"] for i in failed), ""),
-        "first_move": moves,
+        "first_move": moves["protocol"] if moves else None,
+        "first_move_lenient": moves["lenient"] if moves else None,
         "first_moves_sampled": dict(sorted(sampled_first.items())),
     }
 
@@ -281,10 +291,13 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
                   " | entropy (bits) | most likely move's share | first moves sampled |",
                   "|---|---|" + "---|" * len(_move_names(probed[0])) + "---|---|---|"]
         for g in probed:
-            m = g["first_move"]
             sampled = ", ".join(f"{_move_name(a)} {k}" for a, k in g.get("first_moves_sampled", {}).items())
-            lines.append(f"| {g['game']} | {m['maps']} | " + " | ".join(f"{p:.3f}" for p in m["mean_probability"])
-                         + f" | {m['entropy_bits']:.2f} | {m['top_share']:.3f} | {sampled} |")
+            for m, played in ((g["first_move"], sampled), (g.get("first_move_lenient"), "not played")):
+                if m:
+                    prompt_set = m.get("prompts", settings.get("env_kwargs", {}).get("prompts", "lenient"))
+                    lines.append(f"| {g['game']}, prompt set {prompt_set!r} | {m['maps']} | "
+                                 + " | ".join(f"{p:.3f}" for p in m["mean_probability"])
+                                 + f" | {m['entropy_bits']:.2f} | {m['top_share']:.3f} | {played} |")
     examples = [g for g in results if g.get("example_reflection")]
     if examples:
         lines += ["", "## An example of the model's own reflection (first failed task of each game)", ""]
@@ -330,6 +343,24 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def add_lenient_probe(paths: list[Path]) -> None:
+    """Probe the first moves under the lenient prompt set for the FrozenLake results of ``paths`` (same tasks)."""
+    from erl_agents.models import load_model
+
+    policy = None
+    for path in paths:
+        results = json.loads(path.read_text())
+        for game in results:
+            if game["game"] != "frozenlake" or not game.get("first_move"):
+                continue
+            policy = policy or load_model("smollm2-135m", dtype="float32")
+            policy.model.eval()
+            tasks = load_tasks("frozenlake", game["tasks"], max(game["sizes"]))
+            kwargs = {"prompts": game["first_move"].get("prompts", "small")}
+            game["first_move_lenient"] = probe_first_moves(policy, GAMES["frozenlake"], kwargs, tasks)["lenient"]
+        path.write_text(json.dumps(results, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -343,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = all cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "reflection_lift.md")
+    parser.add_argument("--probe-lenient", action="store_true",
+                        help="with --from-json: add the first-move probe under the lenient prompt set to the JSON "
+                             "files' FrozenLake results (no episodes are played), then rewrite the report")
     parser.add_argument("--from-json", type=Path, nargs="+", default=None,
                         help="rewrite the report from earlier runs' .json files (e.g. one per game, run in parallel) "
                              "instead of measuring")
@@ -375,8 +409,11 @@ def main(argv: list[str] | None = None) -> int:
         # The measuring command is the one given here without --from-json and its files (pass the run's options).
         start = argv.index("--from-json")
         skip = set(range(start, start + 1 + len(args.from_json)))
+        skip |= {i for i, a in enumerate(argv) if a == "--probe-lenient"}
         command = " ".join(["python benchmarks/real_model/bench_reflection_lift.py"]
                            + [a for i, a in enumerate(argv) if i not in skip])
+        if args.probe_lenient:
+            add_lenient_probe(args.from_json)
         results = [game for path in args.from_json for game in json.loads(path.read_text())]
         write_keeping_analysis(args.output, to_markdown(results, command, settings, not args.free,
                                                          args.threads or 1, str(args.output.with_suffix(".png"))))

@@ -13,7 +13,7 @@ from erl_envs.grid import draws
 from erl_envs.grid.actions import ACTION_NAMES, MOVES, GridAction
 from erl_envs.grid.env import GridTextEnv, MoveOutcome
 from erl_envs.grid.text import FROZEN_LAKE_SYMBOLS, SymbolSet
-from erl_envs.paper_tasks import frozenlake_test_rows
+from erl_envs.paper_tasks import frozenlake_test_maps
 
 __all__ = [
     "FrozenLakeTextEnv",
@@ -26,7 +26,6 @@ __all__ = [
     "MAX_MAP_SIDE",
     "GENERATORS",
     "PAPER_SEARCH_DEPTH",
-    "paper_test_maps",
 ]
 
 # The paper's distribution: side n ~ U{2..9}, frozen-tile probability p ~ U[0.6, 0.85).
@@ -38,8 +37,7 @@ MAX_MAP_SIDE = 16
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
-# A drawn map equal to an excluded one is redrawn, up to this many times in a row.
-_EXCLUDED_REDRAWS = 1000
+_EXCLUDED_REDRAWS = 1000  # a drawn map that exclude= or min_path= refuses is redrawn, this many times at most
 # Grid texts and task ids of this many maps are kept per env (see _new_level).
 _MAP_TEXT_CACHE_SIZE = 4096
 # "paper": the reference code's generator, map for map; "feasible": ours, every map solvable within the step budget.
@@ -47,13 +45,6 @@ GENERATORS = ("paper", "feasible")
 # The reference generator's search expands cells reached in at most this many moves, so its goal is at most one
 # move further (6 moves) along the path that search happened to find.
 PAPER_SEARCH_DEPTH = 5
-
-
-@lru_cache(maxsize=1)
-def paper_test_maps() -> frozenset[str]:
-    """The paper's 100 FrozenLake test maps, each flattened to one string of S/F/H/G (what ``exclude="paper-test"``
-    keeps out of training draws)."""
-    return frozenset("".join(row["map"]) for row in frozenlake_test_rows())
 
 
 class MapError(ValueError):
@@ -500,13 +491,10 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
     ``reveal_rules=False`` (True appends the symbol legend and rules to
     ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``);
-    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``); ``exclude=None`` (``"paper-test"``: a
-    drawn map equal to one of the paper's 100 test maps is redrawn from the same generator, so training never sees a
-    held-out map, as Sokoban's generator already does; or a sequence of maps). Exclusion applies to every drawn map,
-    those of a reset with ``size``/``p`` options too, so evaluate the paper's test rows with an env built without
-    it (the trainer's ``eval_env_kwargs``); a map given with the ``map`` option is always played. ``min_path=0``
-    (k > 0: a drawn map whose goal is fewer than k moves away is redrawn, for a sparse-reward distribution: on
-    sizes 5-6, k = 4 takes a uniformly random player's success from about 13% to about 2%).
+    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``); ``exclude=None`` (``"paper-test"`` or a
+    list of maps: such a drawn map is redrawn, with ``size``/``p`` options too, so evaluate the paper's test rows on
+    an env without it; a ``map`` option is always played); ``min_path=0`` (a drawn map whose goal is fewer moves
+    away is redrawn: a sparse-reward distribution).
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
     ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
     ``max(16, largest size)`` per side fit.
@@ -591,9 +579,8 @@ class FrozenLakeTextEnv(GridTextEnv):
             action_format=action_format,
             prompts=prompts,
         )
-        if not 0 <= self.min_path <= self.max_steps:
-            raise ValueError(f"min_path must be in [0, max_steps={self.max_steps}] (a goal further away cannot be "
-                             f"reached in time), got {min_path!r}")
+        if not 0 <= self.min_path <= self.max_steps:  # a goal further away could never be reached in time
+            raise ValueError(f"min_path must be in [0, max_steps={self.max_steps}], got {min_path!r}")
         cell = self.renderer.cell
         self._cell_width = len(cell("frozen"))
         # str.translate turns a flattened map into its cells in one C call.
@@ -617,19 +604,13 @@ class FrozenLakeTextEnv(GridTextEnv):
 
     @staticmethod
     def _excluded_maps(exclude: Any) -> frozenset[str]:
-        """The flattened maps that drawing must not produce."""
-        if exclude is None:
-            return frozenset()
-        if isinstance(exclude, str):
-            if exclude != "paper-test":
-                raise ValueError(f"exclude must be 'paper-test', None or a sequence of maps, got {exclude!r}")
-            return paper_test_maps()
-        try:
-            items = list(exclude)
-        except TypeError:
-            raise TypeError(f"exclude must be 'paper-test', None or a sequence of maps, got "
-                            f"{type(exclude).__name__}") from None
-        return frozenset("".join(validate_map(item)) for item in items)
+        """The flattened maps that drawing must not produce: none, the paper's test maps, or the maps given."""
+        if exclude is None or exclude == "paper-test":
+            return frozenset() if exclude is None else frozenlake_test_maps()
+        if isinstance(exclude, str) or not hasattr(exclude, "__iter__"):
+            error = ValueError if isinstance(exclude, str) else TypeError
+            raise error(f"exclude must be 'paper-test', None or a sequence of maps, got {exclude!r}")
+        return frozenset("".join(validate_map(item)) for item in exclude)
 
     # ------------------------------------------------------------------ GridTextEnv hooks
 
@@ -666,9 +647,8 @@ class FrozenLakeTextEnv(GridTextEnv):
                 if flat not in self.exclude and shortest >= self.min_path:
                     break
             else:
-                raise ValueError(f"{_EXCLUDED_REDRAWS} drawn {n}x{n} maps in a row were in exclude= or had a "
-                                 f"shortest path under min_path={self.min_path}; these settings leave (almost) nothing "
-                                 f"else: pass other settings, exclude=None or a smaller min_path")
+                raise ValueError(f"{_EXCLUDED_REDRAWS} drawn {n}x{n} maps in a row were in exclude= or nearer than "
+                                 f"min_path={self.min_path}: these settings leave (almost) no map to draw")
         self._flat = flat
         self._n = n
         self._pos = divmod(start, n)

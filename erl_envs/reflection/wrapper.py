@@ -34,19 +34,10 @@ from erl_envs.reflection.trace import (
     format_trace,
 )
 
-__all__ = [
-    "ReflectionWrapper",
-    "PHASES",
-    "PROMPT_OPEN",
-    "PROMPT_CLOSE",
-    "extract_prompt",
-    "to_jsonable",
-]
+__all__ = ["ReflectionWrapper", "PHASES", "PROMPT_OPEN", "PROMPT_CLOSE", "extract_prompt", "to_jsonable"]
 
 PHASES = ("attempt1", "reflect", "attempt2")
-# The tags around the new system prompt in a reflection (a trainer may start a reflection with the first and stop it
-# at the second: erl_agents' reflect_prefill).
-PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"
+PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"  # around a reflection's new system prompt (reflect_prefill)
 
 _PROMPT_BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
@@ -369,9 +360,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompts.reflection_instructions(*texts) if reflection_instructions is None else reflection_instructions
         )
         self.format_reminder = prompts.format_reminder(*texts) if format_reminder is None else format_reminder
-        # Which request and trace layout the reflect phase shows: the paper's, the small-model one, or ours.
-        self._request_set = ("paper" if prompts.uses_paper_set(*texts) else
-                             "small" if prompts.uses_small_set(*texts) else "lenient")
+        # The reflect phase's request and trace layout: the paper's, the small-model one, or ours.
+        self._request_set = "paper" if prompts.uses_paper_set(*texts) else "small" if prompts.uses_small_set(
+            *texts) else "lenient"
 
         inner_obs = getattr(env, "observation_space", None)
         sample_length = max(getattr(inner_obs, "max_length", 0) or 0, 4096)

@@ -60,6 +60,7 @@ def test_reflection_lift_replays_each_failure_for_every_retry_condition(tiny_pol
     assert 0 <= result["usable_prompts"] <= result["failed"] and result["sampled_tokens"] > 0
     assert len(result["load_average"]) == 3
     assert result["first_move"]["maps"] == 5 and sum(result["first_move"]["mean_probability"]) == pytest.approx(1.0)
+    assert result["first_move_lenient"]["prompts"] == "lenient" and result["first_move"]["prompts"] == "lenient"
     assert sum(result["first_moves_sampled"].values()) == 5
     report = lift.to_markdown([result], "cmd", settings, True, 1)
     assert "| frozenlake (sizes " in report and "load average" in report
@@ -156,7 +157,8 @@ def test_smol_erl_report_pools_seeds_per_arm_from_the_copied_runs(tmp_path):
     assert "| untrained policy (step 0) | 2 | - | 0 | 0 | 0 | 8/74 = 0.11 [" in text
     assert "| RLVR | 2 | token budget | 10, 10 | 1,000, 1,000 (1,000) | 500, 500 | 21/74 = 0.28 [" in text
     assert "| 10/37, 11/37 |" in text
-    assert "| ERL after reflection warm-up | 2 | token budget | 4 (+2), 4 (+2) | 1,000, 1,000 (1,000) | 400, 400 |" in text
+    assert ("| ERL after reflection warm-up | 2 | token budget | 4 (+2), 4 (+2) | 1,000, 1,000 (1,000) | 400, 400 |"
+            in text)
     # r1 and r2 of the same retried episodes, and the usable-<prompt> rate, pooled over seeds and steps.
     assert "| ERL after reflection warm-up | 32 | 0.25 | 16 | 0.00 | 0.50 | 0.50 | 16 | 0.50 | 0.50 | 8 | 2/2 |" in text
     assert "seed 0: 2.00 -> 1.00 over 2 steps" in text

@@ -562,9 +562,9 @@ def test_feasible_generator_stays_available():
 def test_exclude_paper_test_keeps_every_test_map_out_of_training_draws():
     """On sizes 2-4 about one draw in nine is a paper test map (13 of the 37 small test maps are 2x2 boards, of
     which few exist); with exclude="paper-test" none is, and draws that were not test maps stay the same."""
-    from erl_envs.grid.frozen_lake import paper_test_maps
+    from erl_envs.paper_tasks import frozenlake_test_maps
 
-    test_maps = paper_test_maps()
+    test_maps = frozenlake_test_maps()
     assert len(test_maps) == 97  # 100 rows, three maps repeated
     plain = FrozenLakeTextEnv(size=(2, 4))
     clean = FrozenLakeTextEnv(size=(2, 4), exclude="paper-test")
@@ -611,7 +611,7 @@ def test_exclude_takes_explicit_maps_and_refuses_anything_else():
     for seed in range(2000):
         probe.reset(seed=seed)
         every_2x2.add("\n".join(probe.map_rows))
-    with pytest.raises(ValueError, match="in a row were in exclude="):
+    with pytest.raises(ValueError, match="in a row were in exclude="):  # and no endless loop
         FrozenLakeTextEnv(size=2, exclude=sorted(every_2x2)).reset(seed=0)
 
 
