@@ -44,7 +44,12 @@ class TrainConfig:
     n_rlvr: int = 10  # first attempts per task for rlvr (paper: 10)
     n_erl: int = 4  # first attempts per task for erl (paper: 4; each may add a reflection and a retry)
     # --- ERL ---
-    reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector) or "plan" (its solution only)
+    reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector), "plan" (its solution only)
+    # or "brief" (its four-line rulebook: symbols, moves, the mistake, a route)
+    reflect_prefill: bool = False  # the policy's reflection starts inside <prompt> (given) and stops at </prompt>
+    reflection_warmup: int = 0  # steps training the reflection role on a teacher's rulebooks before ERL starts
+    warmup_reflector: str = "brief"  # the warm-up's teacher: "rule", "plan" or "brief" (RuleReflector details)
+    warmup_lr: float = 0.0  # learning rate of the warm-up's updates; 0 = lr
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.reflection.prompts' for the env
@@ -90,6 +95,7 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     # --- evaluation (first attempt only, initial prompt: the paper's protocol) ---
     eval_every: int = 5  # steps between evaluations (paper: 5); 0 disables
+    eval_at_start: bool = True  # also evaluate the untrained policy (step 0); arms that share it may skip it
     eval_tasks: int = 100  # held-out instances (seeded split) when the paper's test set is not used
     eval_samples: int = 4  # samples per instance (paper: 4)
     eval_temperature: float = 0.7
@@ -138,14 +144,6 @@ class TrainConfig:
     def group_size(self) -> int:
         return self.n_erl if self.algo == "erl" else self.n_rlvr
 
-
-# The reflect-phase prompt of cpu-smol: the paper's request (rewrite your system prompt as a rulebook inside
-# <prompt>...</prompt>) in a few lines, so a 135M model reads it within its budget and keeps the format.
-SMOL_REFLECTION_INSTRUCTIONS = (
-    "Your last attempt at this grid game failed. Read its trace below and work out the rules. Then write a new "
-    "system prompt for your next try, inside <prompt>...</prompt>: what each symbol means, what each move does, "
-    "and a short plan to reach the goal. Only the text inside <prompt>...</prompt> is kept."
-)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -231,7 +229,11 @@ RULES: dict[str, Rule] = {
     "epoch_tasks": _at_least(1, 1 << 30),
     "n_rlvr": _at_least(1, 1024),
     "n_erl": _at_least(1, 1024),
-    "reflector": _one_of("policy", "rule", "plan"),
+    "reflector": _one_of("policy", "rule", "plan", "brief"),
+    "reflect_prefill": _FLAG,
+    "reflection_warmup": _off_or_more(_MANY_STEPS),
+    "warmup_reflector": _one_of("rule", "plan", "brief"),
+    "warmup_lr": _off_or_more(10.0, float),
     "no_memory": _FLAG,
     "memory": _one_of("single", "pool"),
     "memory_slots": _at_least(1, MAX_MEMORY_SLOTS),
@@ -275,6 +277,7 @@ RULES: dict[str, Rule] = {
     "max_grad_norm": _positive(),
     "gradient_checkpointing": _FREE_FLAG,
     "eval_every": _off_or_more(_MANY_STEPS, resume="free"),
+    "eval_at_start": _FREE_FLAG,
     "eval_tasks": _at_least(1, 1_000_000, resume="free"),
     "eval_samples": _at_least(1, 1024, resume="free"),
     "eval_temperature": _positive(resume="free"),
@@ -403,15 +406,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # A real instruct model on 2 CPU cores: SmolLM2-135M-Instruct writes its own reflections (the paper's method,
     # not an oracle). On 2 shared cores a forward+backward pass runs at tens of tokens/s, so everything is small:
-    # 8 episodes a step, a short reflection prompt and reply, LoRA (about 1.8x faster per trained token than full
-    # fine-tuning here, benchmarks/results/smol_erl.md), no KL reference pass. Actions are constrained to the env's
-    # move strings: unconstrained, the 135M model almost never writes a move in the asked format, every reward is
-    # 0 and there is nothing to learn from. Held-out evaluation: the paper's test maps of the trained sizes.
+    # 8 episodes a step, LoRA, no KL reference pass. The grid games use the small-model prompt set (the env presets
+    # below): no move named in any prompt (a format example is what a 135M model plays), and a reflection request
+    # of the start and end boards and the moves, not every board. The reflection is started inside <prompt> and
+    # stopped at </prompt> (reflect_prefill). Actions are constrained to the env's move strings: unconstrained, the
+    # 135M model almost never writes a move in the asked format, every reward is 0 and there is nothing to learn
+    # from. Held-out evaluation: the paper's test maps of the trained sizes, which FrozenLake's training draws
+    # exclude (as Sokoban's always do). benchmarks/results/smol_erl.md measures it.
     "cpu-smol": dict(
         model="smollm2-135m",
         algo="erl",
         reflector="policy",
-        reflection_instructions=SMOL_REFLECTION_INSTRUCTIONS,
+        reflect_prefill=True,
         steps=12,
         tasks_per_step=2,
         n_erl=4,
@@ -500,9 +506,11 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
                                             lr=1e-3, entropy_coef=0.01, reflector="plan"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # SmolLM2 on 2 cores: boards of sizes 2-4 keep a conversation within a few hundred tokens (a 9x9 board is ~200
-    # tokens per turn), and evaluation uses the 37 paper test maps of those sizes.
-    ("cpu-smol", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}),
-    ("cpu-smol", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
+    # tokens per turn), and evaluation uses the 37 paper test maps of those sizes. Training never draws one of the
+    # paper's test maps (exclude); the held-out envs replay them (they are built without the exclusion).
+    ("cpu-smol", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4], "prompts": "small", "exclude": "paper-test"},
+                                            eval_env_kwargs={"exclude": None}),
+    ("cpu-smol", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6, "prompts": "small"}),
     # The tiny model cannot learn QA; this keeps its episodes short so the job still runs end to end. Evaluation
     # uses another synthetic world (generator seed 1): no question, entity or passage in common with training.
     # The reference's HotpotQA scripts update on mini-batches of 32 tasks and use the paper's tool protocol.

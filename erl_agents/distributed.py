@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "BACKENDS", "resolve_backend", "shard_bounds", "init_world", "close_world"]
+__all__ = ["World", "BACKENDS", "resolve_backend", "shard_bounds", "init_world", "close_world", "place_pool_episodes",
+           "sync_memory"]
 
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -134,3 +135,51 @@ def close_world(world: World, synchronize: bool = False) -> None:
         if synchronize:
             dist.barrier()
         dist.destroy_process_group()
+
+
+# --- one reflection memory across ranks ---
+
+
+def place_pool_episodes(memory: Any, world: World, episodes_before: int) -> int | None:
+    """Under data parallel one pool memory serves every rank: this rank's episodes take the slots a single process
+    would give them, after the ``episodes_before`` episodes of the lower ranks. Returns the step's first slot (None
+    without a pool or ranks)."""
+    from erl_envs.reflection.memory import PoolMemory
+
+    if not (world.enabled and isinstance(memory, PoolMemory)):
+        return None
+    start = memory.next_slot
+    memory.next_slot = (start + episodes_before) % memory.slots
+    return start
+
+
+def sync_memory(memory: Any, world: World, updates_before: int, envs: Sequence[Any], episodes: Sequence[Any],
+                pool_start: int | None, step_episodes: int) -> Any:
+    """One reflection memory for the whole run, the same on every rank after each rollout; returns it.
+
+    A pool: every rank writes the other ranks' stores into their slots (no two ranks' episodes share a slot in a
+    step while a step has no more episodes than the pool has slots), and the next step starts after all
+    ``step_episodes`` of this step: the pool a single process would hold, not one pool per rank. A single slot: among
+    the ranks that stored a reflection this step the highest rank's is kept, as if the ranks' episodes had run one
+    after another; the update counts add up, and ``envs`` (the rank's ReflectionWrappers) are given the merged one."""
+    from erl_envs.reflection.memory import PoolMemory, ReflectionMemory
+
+    if isinstance(memory, PoolMemory):
+        mine = {env.memory.slot: memory.slot_prompt(env.memory.slot)
+                for env, episode in zip(envs, episodes) if episode.record and episode.record.get("memory_updated")}
+        for rank, stores in enumerate(world.gather(mine)):
+            if rank != world.rank:
+                for slot, prompt in stores.items():
+                    memory.store(slot, prompt)
+        memory.next_slot = (pool_start + step_episodes) % memory.slots
+        return memory
+    if not isinstance(memory, ReflectionMemory):
+        return memory
+    states = world.gather((memory.updates - updates_before, memory.to_dict()))
+    stored = [state for count, state in states if count > 0]
+    if not stored:
+        return memory
+    merged = ReflectionMemory.from_dict({**stored[-1], "updates": updates_before + sum(c for c, _ in states)})
+    for env in envs:
+        env.memory = merged
+    return merged

@@ -129,15 +129,26 @@ def eval_tasks(env_id: str, env_kwargs: dict, eval_set: str, count: int) -> list
                              "(set ERL_PAPER_TASKS); or use --eval-set seeded")
         return [(EVAL_SEED_BASE + i, {"index": i}) for i in range(min(count, len(questions)))]
     if eval_set in ("auto", "paper"):
-        # A run on 2-4 boards is not evaluated on 9x9 ones.
+        # A run on 2-4 boards is not evaluated on 9x9 ones, nor one on far goals (min_path) on near ones.
         tasks = paper_tasks(env_id, paper_tasks_folder())
         tasks = [t for t in tasks if task_fits(t[1], env_kwargs)] if tasks is not None else []
+        if tasks and env_kwargs.get("min_path"):
+            tasks = _far_enough(env_id, tasks, int(env_kwargs["min_path"]))
         if tasks:
             return tasks[:count]
         if eval_set == "paper":
             raise ValueError(f"no paper test instance for {env_id} of the trained sizes "
                              f"(env_kwargs size {env_kwargs.get('size')!r}); use --eval-set seeded")
     return seeded_tasks(count)
+
+
+def _far_enough(env_id: str, tasks: list[Task], min_path: int) -> list[Task]:
+    """The tasks whose shortest solution (the env's ``optimal_steps``) takes at least ``min_path`` moves."""
+    import erl_envs  # noqa: F401  (registers the ERL envs)
+
+    env = gym.make(env_id)
+    return [task for task in tasks if (env.reset(seed=task[0], options=task[1])[1].get("optimal_steps") or 0)
+            >= min_path]
 
 
 def eval_overlap_problem(train_env: gym.Env, eval_env: gym.Env) -> str | None:

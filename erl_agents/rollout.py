@@ -22,11 +22,11 @@ from typing import Callable, Sequence
 
 import gymnasium as gym
 import torch
-from transformers import LogitsProcessorList, StaticCache
+from transformers import LogitsProcessorList, StaticCache, StoppingCriteriaList
 from transformers.cache_utils import DynamicLayer, StaticLayer
 from transformers.generation import GenerateDecoderOnlyOutput
 
-from erl_agents.constrained import ConstraintTable, _ActionTrie, _TrieConstraint
+from erl_agents.decoding import ActionTrie, ConstraintTable, StopString, TrieConstraint, stop_string_end
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
 
@@ -134,7 +134,7 @@ class Reply:
     ids: list[int]  # sampled tokens, including the end-of-turn token when the model produced it
     logprobs: list[float]
     constraints: list[int]
-    finished: bool  # ended with a stop token (else it hit max_new_tokens)
+    finished: bool  # ended with a stop token or the stop string (else it hit max_new_tokens)
     prefix: CachedPrefix | None = None  # with kv_reuse: context and reply as far as the model has read them
 
 
@@ -207,6 +207,7 @@ def generate_replies(
     valid_actions: Sequence[str] | None = None,
     table: ConstraintTable | None = None,
     prefixes: list[CachedPrefix | None] | None = None,
+    stop_string: str = "",
 ) -> list[Reply]:
     """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
 
@@ -218,6 +219,9 @@ def generate_replies(
     tokens keep the positions they were read at, the new ones are left-padded after them, so every row sees exactly
     what it would see re-read from scratch: the same samples for the same seed. The list is emptied once read, so
     that the caches it pointed to can be freed before the new one grows.
+
+    With ``stop_string`` a reply also ends once its text holds that string; it is cut after the token that completes
+    it and counts as finished (it has no end-of-turn token: the caller closes the turn).
     """
     tokenizer, chat = policy.tokenizer, policy.chat
     cached = _cached_lengths(prefixes, contexts) if prefixes is not None else [0] * len(contexts)
@@ -232,12 +236,13 @@ def generate_replies(
         input_ids[row, width - len(ids) + n:] = torch.tensor(ids[n:], dtype=torch.long)
         attention[row, past - n: past] = 1
         attention[row, width - len(ids) + n:] = 1
-    constraint = _TrieConstraint(_ActionTrie(policy, valid_actions), width) if valid_actions else None
+    constraint = TrieConstraint(ActionTrie(policy, valid_actions), width) if valid_actions else None
     # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
     max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
     # Room for the context and every sampled token but the last, which the model never reads (the length
     # transformers' own static cache takes, so the attention sums run over the same columns).
     cache = _preallocated_cache(policy, width + max_new - 1, _stack_prefixes(prefixes, past) if past else None)
+    stopping = StoppingCriteriaList([StopString(tokenizer, stop_string, width)] if stop_string else [])
     reuse = prefixes is not None
     if reuse:
         prefixes.clear()  # handed over: the previous calls' caches can go before generate grows the new one
@@ -254,6 +259,7 @@ def generate_replies(
         output_scores=True,
         return_dict_in_generate=True,
         logits_processor=LogitsProcessorList([constraint] if constraint is not None else []),
+        stopping_criteria=stopping,
         **{_CACHE: cache},
     )
     new = out.sequences[:, width:]
@@ -275,6 +281,10 @@ def generate_replies(
             if token in stops:
                 ids, finished = ids[: cut + 1], True
                 break
+        if stop_string:
+            end = stop_string_end(tokenizer, ids, stop_string)
+            if end is not None:
+                ids, finished = ids[:end], True
         constraints = [-1] * len(ids)
         if constraint is not None and table is not None:
             nodes = [constraint.nodes[k][row] for k in range(len(ids))]
@@ -360,6 +370,8 @@ def run_episodes(
     token_limit: int = 0,
     kv_reuse: bool = True,
     response_budget: int = 0,
+    reflect_prefix: str = "",
+    reflect_stop: str = "",
 ) -> list[Episode]:
     """Play one episode in each env (``envs[i]`` reset with ``resets[i] = (seed, options)``) until all end.
 
@@ -380,6 +392,11 @@ def run_episodes(
 
     ``kv_reuse`` keeps each conversation's keys and values from one turn to the next, so a turn reads only the
     env's new message; off, every turn re-reads the whole conversation. Both give the same episodes for the same seed.
+
+    ``reflect_prefix`` starts every reflection reply with that text (e.g. ``<prompt>``), put in the context as env
+    tokens (no gradient) after the assistant header, and the env receives prefix + reply; ``reflect_stop`` ends a
+    reflection once it holds that text (e.g. ``</prompt>``), and the turn is closed with an end-of-turn env token.
+    A small model then writes the block's content rather than a preamble, and stops where the block ends.
     """
     if not (len(envs) == len(resets) == len(tasks)):
         raise ValueError(f"envs, resets and tasks must have the same length, got {len(envs)}, {len(resets)}, {len(tasks)}")
@@ -388,6 +405,7 @@ def run_episodes(
     timing.setdefault("env", 0.0)
     chat = policy.chat
     reflect_sampling = reflect_sampling or sampling
+    prefill = policy.tokenizer(reflect_prefix, add_special_tokens=False)["input_ids"] if reflect_prefix else []
     live: list[_Live] = []
     clock = time.perf_counter()
     for index, (env, (seed, options), task) in enumerate(zip(envs, resets, tasks)):
@@ -398,7 +416,7 @@ def run_episodes(
             raise ValueError("response_budget needs every env wrapped in erl_agents.rollout.ResponseBudget (inside "
                              "any ReflectionWrapper), so that an attempt can be ended")
         _open(state, chat, info.get("system_prompt") or episode.initial_system_prompt, obs, info.get("phase", "attempt1"),
-              max_seq_len)
+              max_seq_len, prefill)
         live.append(state)
     episodes = [state.episode for state in live]
     timing["env"] += time.perf_counter() - clock
@@ -427,7 +445,8 @@ def run_episodes(
                      for i in members]
             params = SamplingParams(params.temperature, params.top_p, params.top_k, max(min(budget, max(rooms)), 1))
             out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
-                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None)
+                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None,
+                                   stop_string=reflect_stop if reflect else "")
             for i, reply, room in zip(members, out, rooms):
                 if room <= budget and len(reply.ids) >= room:
                     _cut_at_budget(live[i], reply, room)
@@ -446,13 +465,16 @@ def run_episodes(
                 masked = mask_truncated and not reply.finished
                 conversation.append(reply.ids, model=not masked, logprobs=None if masked else reply.logprobs,
                                     constraints=None if masked else reply.constraints)
-                if not reply.finished:
-                    # The turn hit max_new_tokens: close it like the template would, as an env token (no gradient).
+                if not reply.ids or reply.ids[-1] not in chat.stop_ids:
+                    # The turn hit max_new_tokens, or the stop string: close it like the template would, as an env
+                    # token (no gradient).
                     conversation.append([chat.end_of_turn_id], model=False)
-                    conversation.truncated_replies += 1
+                    conversation.truncated_replies += not reply.finished
                 state.episode.generated_tokens += len(reply.ids)
                 text = chat.reply_text(reply.ids)
-                if response_budget and state.phase != "reflect":
+                if state.phase == "reflect":
+                    text = reflect_prefix + text
+                elif response_budget:
                     left = _room(state, response_budget)
                     state.budget.end_if = (lambda obs: True) if conversation.response_cut else (
                         lambda obs, left=left: len(chat.user_turn(obs)) >= left)
@@ -467,7 +489,7 @@ def run_episodes(
                 _end_over_budget(state, over)
             elif info.get("new_conversation"):
                 _close(state)
-                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len)
+                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len, prefill)
                 still.append(state)
             else:
                 state.phase = info.get("phase", state.phase)
@@ -508,8 +530,11 @@ def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list[CachedPre
     return prefixes
 
 
-def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int) -> None:
+def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int,
+          prefill: Sequence[int] = ()) -> None:
     tokens = chat.open(system_prompt, obs)
+    if phase == "reflect":
+        tokens += list(prefill)  # the reply's first words, given: context, not sampled
     role = _ROLE_OF_PHASE.get(phase, "attempt1")
     state.phase = phase
     state.conversation = Trajectory(

@@ -28,13 +28,14 @@ from erl_agents.accelerator import (autocast, grad_scaler, peak_memory_gb, reset
                                     resolve_precision)
 from erl_agents.batch import assign_advantages, distillation_prompt, reflection_repeats, training_rows
 from erl_agents.config import TrainConfig, config_to_dict
-from erl_agents.distributed import World, shard_bounds
+from erl_agents.distributed import World, place_pool_episodes, shard_bounds, sync_memory
 from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_tasks
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
 from erl_agents.metrics import consecutive_bad_steps, finite_row, merge_rollout_rows, rollout_metrics
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
+from erl_agents.decoding import reflection_prefill
 from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, run_episodes
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
@@ -52,8 +53,11 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 class Trainer:
     """Owns the policy, optimizer, envs, reflection memory and run directory; ``train()`` is the loop."""
 
-    def __init__(self, config: TrainConfig, is_main_process: bool = True, world: World | None = None):
+    def __init__(self, config: TrainConfig, is_main_process: bool = True, world: World | None = None,
+                 warmup_teacher=None):
         self.config = config
+        # The reflection warm-up's teacher: any callable ReflectionRequest -> text; None: config.warmup_reflector.
+        self.warmup_teacher = warmup_teacher
         # Data parallel (see erl_agents.distributed): this rank rolls out tasks [task_range) of each step.
         self.world = world or World()
         if config.tasks_per_step < self.world.size:
@@ -190,10 +194,10 @@ class Trainer:
         else:
             self.memory = PoolMemory(cfg.memory_slots) if cfg.memory == "pool" else ReflectionMemory()
         reflector = None
-        if cfg.reflector in ("rule", "plan"):
-            from erl_envs.reflection.reflectors import RuleReflector
+        if cfg.reflector != "policy":
+            from erl_agents.warmup import teacher_reflector
 
-            reflector = RuleReflector(detail="full" if cfg.reflector == "rule" else "plan")
+            reflector = teacher_reflector(cfg.reflector)
         episodes = cfg.tasks_per_step * self.group_size
         if self.world.enabled and isinstance(self.memory, PoolMemory) and episodes > self.memory.slots:
             raise ValueError(f"the pool memory has {self.memory.slots} slots and a step plays {episodes} episodes: "
@@ -314,8 +318,11 @@ class Trainer:
             from tqdm.auto import tqdm
 
             progress = tqdm(total=self.total_steps, initial=self.step, desc=f"{cfg.algo} {cfg.env}", dynamic_ncols=True)
-        if self.step == 0 and cfg.eval_every:
+        if self.step == 0 and cfg.eval_every and cfg.eval_at_start and not self.metrics:
             self._log(self._evaluate(eval_sampling, {"step": 0}))
+        if self.step == 0 and cfg.algo == "erl" and cfg.reflection_warmup:
+            self._warm_up(sampling)
+        prefix, stop = reflection_prefill(self.config.reflect_prefill)
         while self.step < self.total_steps:
             self.step += 1
             step_start = time.perf_counter()
@@ -335,15 +342,17 @@ class Trainer:
             table = ConstraintTable()
             self.policy.model.eval()
             memory_updates = self.memory.updates if self.memory is not None else 0
-            pool_start = self._place_pool_episodes()
+            pool_start = place_pool_episodes(self.memory, self.world, self.task_range[0] * self.group_size)
             with autocast(self.device, self.precision.compute):
                 episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
                                         time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
-                                        kv_reuse=cfg.kv_reuse, response_budget=cfg.response_budget)
+                                        kv_reuse=cfg.kv_reuse, response_budget=cfg.response_budget,
+                                        reflect_prefix=prefix, reflect_stop=stop)
             if self.memory is not None and self.world.enabled:
-                self._sync_memory(memory_updates, episodes, pool_start)
+                self.memory = sync_memory(self.memory, self.world, memory_updates, self.train_envs, episodes,
+                                          pool_start, cfg.tasks_per_step * self.group_size)
             trajectories = training_rows(self.policy, episodes, cfg, distillation_prompt(self.envs[0]),
                                          reflection_repeats(self.envs[0]))
 
@@ -413,6 +422,63 @@ class Trainer:
 
     # --- pieces of the loop ---
 
+    def _warm_up(self, sampling: SamplingParams) -> None:
+        """``reflection_warmup`` steps of supervised reflection rows from the teacher (``erl_agents.warmup``), each
+        logged as a metrics row with ``warmup_step``; a resumed run continues the warm-up where its rows end."""
+        from erl_agents.warmup import play_randomly, teacher_envs, teacher_nll, teacher_reflector, teacher_rows
+
+        cfg = self.config
+        done = sum(1 for m in self.metrics if "warmup_step" in m)
+        if done >= cfg.reflection_warmup:
+            return
+        teacher = self.warmup_teacher if self.warmup_teacher is not None else teacher_reflector(cfg.warmup_reflector)
+        envs, captures = teacher_envs(self.envs, teacher, cfg.gate_threshold, cfg.reflection_instructions or None)
+        random_play = all(getattr(env.unwrapped, "valid_actions", None) for env in self.envs)
+        prefix, stop = reflection_prefill(self.config.reflect_prefill)
+        for number in range(done + 1, cfg.reflection_warmup + 1):
+            clock = time.perf_counter()
+            # One task per episode: the rows are supervised, so they need no groups, and distinct boards teach more.
+            low, high = (bound * self.group_size for bound in self.task_range)
+            count = cfg.tasks_per_step * self.group_size
+            seeds = self.world.broadcast(self.rng.integers(0, EVAL_SEED_BASE, size=count))
+            tasks = list(range(low, high))
+            resets = [(int(seeds[k]), None) for k in tasks]
+            table = ConstraintTable()
+            self.policy.model.eval()
+            generated = 0
+            if random_play:
+                solved = play_randomly(envs, resets, self.rng)
+            else:
+                with autocast(self.device, self.precision.compute):
+                    episodes = run_episodes(self.policy, envs, resets, tasks, sampling,
+                                            constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
+                                            table=table, kv_reuse=cfg.kv_reuse)
+                solved = [e.success for e in episodes]
+                generated = sum(e.generated_tokens for e in episodes)
+            rows = teacher_rows(self.policy, captures, prefix, stop, cfg.max_seq_len)
+            with autocast(self.device, self.precision.compute):
+                nll = teacher_nll(self.policy, rows, cfg.micro_batch_size)
+            if cfg.warmup_lr:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.warmup_lr
+            update = policy_update(self.train_model, self.optimizer, self.scheduler, rows, table, cfg,
+                                   self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world,
+                                   scaler=self.scaler)
+            for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+                group["lr"] = lr  # the schedule's rate again (an update without rows does not step the schedule)
+            # Sums over ranks (no-ops without data parallel); the NLL is weighted by each rank's teacher tokens.
+            scored_here = sum(t.num_model_tokens for t in rows)
+            generated, successes, played, count, scored, nll_sum = self.world.sum([
+                float(generated), float(sum(solved)), float(len(solved)), float(len(rows)), float(scored_here),
+                nll * scored_here if rows else 0.0])
+            self._log({"step": 0, "warmup_step": number, "tokens/generated": int(generated),
+                       "warmup/random_player": float(random_play),
+                       "warmup/attempt1_success": successes / max(played, 1), "warmup/rows": int(count),
+                       "warmup/nll_before": nll_sum / scored if scored else float("nan"),
+                       "warmup/trained_tokens": update["trained_tokens"],
+                       "time/warmup_step": time.perf_counter() - clock})
+        self.save()
+
     def _evaluate(self, sampling: SamplingParams, row: dict) -> dict:
         cfg = self.config
         clock = time.perf_counter()
@@ -432,50 +498,6 @@ class Trainer:
         row.update({f"eval/{k}": v for k, v in result.items()})
         row["time/eval"] = time.perf_counter() - clock
         return row
-
-    def _place_pool_episodes(self) -> int | None:
-        """Under data parallel, one pool memory serves every rank: this rank's episodes take the slots a single
-        process would give them (after the episodes of the lower ranks). Returns the step's first slot (None
-        without a pool or ranks)."""
-        from erl_envs.reflection.memory import PoolMemory
-
-        if not (self.world.enabled and isinstance(self.memory, PoolMemory)):
-            return None
-        start = self.memory.next_slot
-        self.memory.next_slot = (start + self.task_range[0] * self.group_size) % self.memory.slots
-        return start
-
-    def _sync_memory(self, updates_before: int, episodes: list, pool_start: int | None) -> None:
-        """One reflection memory for the whole run, the same on every rank after each rollout.
-
-        A pool: every rank writes the other ranks' stores into their slots (no two ranks' episodes share a slot in
-        a step while a step has no more episodes than the pool has slots), and the next step starts after all of
-        this step's episodes: the pool a single process would hold, not one pool per rank. A single slot: among the
-        ranks that stored a reflection this step the highest rank's is kept, as if the ranks' episodes had run one
-        after another; the update counts add up."""
-        from erl_envs.reflection.memory import PoolMemory, ReflectionMemory
-
-        if isinstance(self.memory, PoolMemory):
-            pool = self.memory
-            mine = {env.memory.slot: pool.slot_prompt(env.memory.slot)
-                    for env, episode in zip(self.train_envs, episodes)
-                    if episode.record and episode.record.get("memory_updated")}
-            for rank, stores in enumerate(self.world.gather(mine)):
-                if rank != self.world.rank:
-                    for slot, prompt in stores.items():
-                        pool.store(slot, prompt)
-            pool.next_slot = (pool_start + self.config.tasks_per_step * self.group_size) % pool.slots
-            return
-        if not isinstance(self.memory, ReflectionMemory):
-            return
-        states = self.world.gather((self.memory.updates - updates_before, self.memory.to_dict()))
-        stored = [state for count, state in states if count > 0]
-        if not stored:
-            return
-        merged = ReflectionMemory.from_dict({**stored[-1], "updates": updates_before + sum(c for c, _ in states)})
-        self.memory = merged
-        for env in self.train_envs:
-            env.memory = merged
 
     def _log(self, row: dict) -> None:
         row = finite_row(row)  # strict JSON: the loss of a step with no update is null, not NaN

@@ -21,6 +21,7 @@ __all__ = [
     "sokoban_test_layouts",
     "frozenlake_test_rows",
     "frozenlake_train_rows",
+    "frozenlake_test_maps",
     "shared_paper_file",
 ]
 
@@ -68,6 +69,12 @@ def frozenlake_train_rows() -> list[dict]:
     """The paper's 10,000 FrozenLake training rows (``seed``, ``size``, ``p``, ``index``), in the reference's order;
     ``reset(seed=seed, options={"size": size, "p": p})`` plays the reference's map of each."""
     return [dict(row) for row in _frozenlake_rows()[0]]
+
+
+@lru_cache(maxsize=1)
+def frozenlake_test_maps() -> frozenset[str]:
+    """The paper's FrozenLake test maps (97 distinct among the 100 rows), each flattened to one S/F/H/G string."""
+    return frozenset("".join(row["map"]) for row in frozenlake_test_rows())
 
 
 def shared_paper_file(name: str) -> Path | None:

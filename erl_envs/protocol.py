@@ -16,9 +16,10 @@ Optional, with defaults when an env does not provide them:
 ``env.unwrapped.instructions``             the initial system prompt (default: ``GENERIC_INSTRUCTIONS``)
 ``env.unwrapped.prompt_style``             ``"grid"``, ``"qa"`` or ``"generic"``: which reflection instructions
                                            and format reminder apply (default ``"generic"``)
-``env.unwrapped.prompt_set``               ``"paper"`` or ``"lenient"``: with ``game_name`` ``"FrozenLake"`` or
-``env.unwrapped.game_name``                ``"Sokoban"`` and style ``"grid"``, ``"paper"`` selects the paper's
-                                           reflection texts (default ``"lenient"``, no game)
+``env.unwrapped.prompt_set``               ``"paper"``, ``"small"`` or ``"lenient"``: with ``game_name``
+``env.unwrapped.game_name``                ``"FrozenLake"`` or ``"Sokoban"`` and style ``"grid"``, ``"paper"``
+                                           selects the paper's reflection texts, ``"small"`` the short ones for
+                                           small models (default ``"lenient"``, no game)
 ``info["action_read"]`` (each step)        the action as the env read it, listed in paper-set traces (default None)
 ``info["position"]``, ``["boxes"]``,       cells listed in paper-set traces when all three are given (Sokoban)
 ``["goals"]`` (each step)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from unittest import mock
 from pathlib import Path
 
 import torch
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import text_bandit  # noqa: E402,F401  (registers TextBandit-v0)
 from erl_agents.config import build_config  # noqa: E402
-from erl_agents.distributed import close_world, init_world, shard_bounds  # noqa: E402
+from erl_agents.distributed import close_world, init_world, shard_bounds, sync_memory  # noqa: E402
 from erl_agents.lora import apply_lora  # noqa: E402
 from erl_agents.models import load_policy  # noqa: E402
 from erl_agents.trainer import Trainer  # noqa: E402
@@ -65,15 +66,15 @@ def run_training(folder: Path, world) -> None:
 def run_pool(folder: Path, world) -> None:
     spec = json.loads((folder / "pool.json").read_text())
     trainer = Trainer(build_config(flags={**spec, "output": str(folder / "pool")}), world=world)
-    taken, sync = [], trainer._sync_memory
+    taken = []
 
-    def record_then_sync(updates_before, episodes, pool_start):
+    def record_then_sync(memory, world, updates_before, envs, episodes, *rest):
         taken.append([[env.memory.slot, bool(episode.record and episode.record["memory_updated"])]
-                      for env, episode in zip(trainer.train_envs, episodes)])
-        sync(updates_before, episodes, pool_start)
+                      for env, episode in zip(envs, episodes)])
+        return sync_memory(memory, world, updates_before, envs, episodes, *rest)
 
-    trainer._sync_memory = record_then_sync
-    trainer.train()
+    with mock.patch("erl_agents.trainer.sync_memory", record_then_sync):
+        trainer.train()
     (folder / f"pool_rank{world.rank}.json").write_text(json.dumps({"pool": trainer.memory.to_dict(), "taken": taken}))
 
 

@@ -1,24 +1,30 @@
-"""ERL vs RLVR with a real model on CPU: SmolLM2-135M-Instruct on FrozenLake, matched on sampled tokens.
+"""ERL vs RLVR with a real model on CPU: SmolLM2-135M-Instruct on FrozenLake, four arms, seeds, one token budget.
 
-Start the two runs (each on one thread, so both fit on 2 cores at once), then tabulate and plot them:
+The arms (all the cpu-smol preset: the small-model prompt set, held-out maps excluded from training draws, LoRA):
 
-    ERL_PAPER_TASKS=../shared/paper_tasks python -m erl_agents.train --preset cpu-smol --algo erl \\
-        --max-sampled-tokens B --steps 1000 --threads 1 --output runs/smol-erl
-    ERL_PAPER_TASKS=../shared/paper_tasks python -m erl_agents.train --preset cpu-smol --algo rlvr \\
-        --max-sampled-tokens B --steps 1000 --threads 1 --output runs/smol-rlvr
-    python benchmarks/real_model/bench_smol_erl.py --erl runs/smol-erl --rlvr runs/smol-rlvr
+* ``rlvr``: first attempts only (``--algo rlvr``);
+* ``erl_own``: ERL, the policy writes its own reflections (``--algo erl``);
+* ``erl_warmup``: ERL after ``--reflection-warmup N`` steps of supervised rows from the brief RuleReflector;
+* ``erl_teacher``: ERL with the brief RuleReflector writing every reflection (``--reflector brief``): privileged (it
+  knows the symbols and computes a shortest route), an upper bound, not a method a model could run alone.
 
-Both runs stop at the same budget B of sampled tokens (``max_sampled_tokens``: attempts, reflections and retries
-all count), or at ``--time-limit-min``, whichever comes first; the report says which. Curves per step: first-attempt
-success (r1), the retry's success on reflected episodes (r2) and the lift r2 - r1, how often the policy's reflection
-held a usable ``<prompt>`` block, and held-out first-attempt success on the paper's test maps of the trained sizes.
-Writes benchmarks/results/smol_erl.md and smol_erl.png.
+Each run stops at the same budget of sampled tokens (``--max-sampled-tokens``; attempts, reflections, retries and
+the warm-up's first attempts all count). Settings: ``small`` (sizes 2-4, held-out: the paper's 37 test maps of those
+sizes) and ``sparse`` (larger maps, where an untrained policy almost never reaches the goal).
+
+    # copy each run's config.json and metrics.jsonl (small) beside the report, then write the report from them
+    python benchmarks/real_model/bench_smol_erl.py --collect RUNS      # RUNS/<setting>/<arm>/seed<k>/
+    python benchmarks/real_model/bench_smol_erl.py                     # benchmarks/results/smol_erl.md and .png
+
+Every number in the report is computed here from the copied files (benchmarks/results/smol_erl/).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,12 +33,48 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.reporting import rate, write_keeping_analysis  # noqa: E402
 
-PANELS = (
-    ("success/attempt1", "first-attempt success on training tasks (r1)"),
-    ("lift", "lift r2 - r1 on reflected episodes (ERL)"),
-    ("reflection/prompt_rate", "usable <prompt> block in the reflection (ERL)"),
-    ("eval/success", "held-out first-attempt success (paper test maps)"),
-)
+ARMS = ("rlvr", "erl_own", "erl_warmup", "erl_teacher")
+ARM_NAMES = {
+    "rlvr": "RLVR",
+    "erl_own": "ERL, own reflections",
+    "erl_warmup": "ERL after reflection warm-up",
+    "erl_teacher": "ERL, teacher's reflections (privileged)",
+}
+COLORS = {"rlvr": "tab:orange", "erl_own": "tab:blue", "erl_warmup": "tab:green", "erl_teacher": "tab:purple"}
+SETTINGS = ("small", "sparse")
+DATA = ROOT / "benchmarks" / "results" / "smol_erl"
+# Fields of config.json that say where the run lived on the machine that made it: not copied.
+LOCAL_FIELDS = ("output",)
+
+
+def collect(runs: Path, data: Path = DATA) -> list[str]:
+    """Copy ``runs/<setting>/<arm>/seed<k>/{config.json,metrics.jsonl}`` into ``data``; returns what was copied.
+
+    The config's ``output`` (a path of the machine the run was on) becomes the run's place in the tree, and so do
+    the outputs recorded in its resume history."""
+    copied = []
+    for config_path in sorted(runs.glob("*/*/seed*/config.json")):
+        folder = config_path.parent
+        relative = folder.relative_to(runs)
+        if relative.parts[0] not in SETTINGS or relative.parts[1] not in ARMS:
+            continue
+        target = data / relative
+        target.mkdir(parents=True, exist_ok=True)
+        config = json.loads(config_path.read_text())
+        for name in LOCAL_FIELDS:
+            config[name] = f"runs/{relative.as_posix()}"
+        for entry in config.get("history", []):
+            for change in entry.get("changes", {}).values() if isinstance(entry.get("changes"), dict) else []:
+                if isinstance(change, dict):
+                    change.pop("output", None)
+        (target / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        shutil.copyfile(folder / "metrics.jsonl", target / "metrics.jsonl")
+        copied.append(relative.as_posix())
+    if (runs / "load.jsonl").exists():
+        # The machine's 1-minute load average, sampled every minute while the runs went on.
+        shutil.copyfile(runs / "load.jsonl", data / "load.jsonl")
+        copied.append("load.jsonl")
+    return copied
 
 
 def read_run(folder: Path) -> tuple[dict, list[dict]]:
@@ -41,100 +83,271 @@ def read_run(folder: Path) -> tuple[dict, list[dict]]:
     return config, rows
 
 
-def mean_of(rows: list[dict], key: str) -> float | None:
-    values = [r[key] for r in rows if key in r]
-    return sum(values) / len(values) if values else None
+def load(data: Path = DATA) -> dict[str, dict[str, dict[int, tuple[dict, list[dict]]]]]:
+    """setting -> arm -> seed -> (config, rows)."""
+    out: dict = {}
+    for folder in sorted(data.glob("*/*/seed*")):
+        if (folder / "metrics.jsonl").exists():
+            setting, arm, seed = folder.parts[-3], folder.parts[-2], int(folder.name[len("seed"):])
+            out.setdefault(setting, {}).setdefault(arm, {})[seed] = read_run(folder)
+    return out
 
 
-def summary(name: str, config: dict, rows: list[dict]) -> dict:
-    steps = [r for r in rows if r.get("step", 0) > 0 and "tokens/generated" in r]
-    evals = [(r["step"], r.get("tokens/sampled_total", 0), r["eval/success"], int(r["eval/episodes"]))
-             for r in rows if "eval/success" in r]
+# ---------------------------------------------------------------------------------------------- one run
+
+
+def _training_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("step", 0) > 0 and "warmup_step" not in r and "tokens/generated" in r]
+
+
+def _weighted(rows: list[dict], key: str, weight: str) -> tuple[float, float]:
+    """(sum of key * weight, sum of weight) over the rows that have both."""
+    pairs = [(r[key], r[weight]) for r in rows if key in r and weight in r and r[weight]]
+    return sum(v * w for v, w in pairs), sum(w for _, w in pairs)
+
+
+def run_summary(config: dict, rows: list[dict]) -> dict:
+    """What one run did: steps, why it stopped, tokens, rates over all its steps (weighted by their counts), its
+    held-out evaluations, and its reflections' usable-<prompt> rate, split into the first and the later steps."""
+    steps = _training_rows(rows)
+    warmup = [r for r in rows if "warmup_step" in r]
     last = steps[-1] if steps else {}
     budget = config.get("max_sampled_tokens", 0)
-    if budget and last.get("tokens/sampled_total", 0) >= budget:
+    sampled = last.get("tokens/sampled_total", sum(r.get("tokens/generated", 0) for r in warmup))
+    if budget and sampled >= budget:
         stop = "token budget"
-    elif len(steps) and last.get("step") == config.get("steps"):
+    elif steps and last.get("step") == config.get("steps"):
         stop = "step limit"
-    else:
+    elif config.get("time_limit_min") and last.get("time/training", 0) / 60 >= config["time_limit_min"]:
         stop = "time limit"
+    else:
+        stop = "not finished"
+    r1 = _weighted(steps, "success/attempt1", "count/attempt1")
+    lift_r1 = _weighted(steps, "lift/r1", "count/attempt2")
+    lift_r2 = _weighted(steps, "lift/r2", "count/attempt2")
+    usable = _weighted(steps, "reflection/prompt_rate", "reflection/count")
+    early = _weighted(steps[:2], "reflection/prompt_rate", "reflection/count")
+    evals = [(r["step"], r.get("tokens/sampled_total", 0), round(r["eval/success"] * r["eval/episodes"]),
+              int(r["eval/episodes"])) for r in rows if "eval/success" in r]
     return {
-        "name": name, "steps": len(steps), "stop": stop,
-        "sampled": last.get("tokens/sampled_total", 0), "budget": budget,
-        "minutes": last.get("time/elapsed", 0.0) / 60, "step_seconds": mean_of(steps, "time/step") or 0.0,
-        "r1": mean_of(steps, "success/attempt1"), "r2": mean_of(steps, "success/attempt2"),
-        "lift": mean_of(steps, "lift"), "prompt_rate": mean_of(steps, "reflection/prompt_rate"),
-        "memory": max((r.get("memory/set", 0.0) for r in steps), default=0.0),
+        "steps": len(steps), "warmup_steps": len(warmup), "stop": stop, "budget": budget, "sampled": sampled,
+        "sampled_warmup": sum(r.get("tokens/generated", 0) for r in warmup),
+        "trained": sum(r.get("trained_tokens", 0) for r in steps),
+        "trained_warmup": sum(r.get("warmup/trained_tokens", 0) for r in warmup),
+        "minutes": (rows[-1].get("time/elapsed", 0.0) if rows else 0.0) / 60,
+        "attempts": r1[1], "r1": r1[0] / r1[1] if r1[1] else None,
+        "retried": lift_r1[1], "lift_r1": lift_r1[0] / lift_r1[1] if lift_r1[1] else None,
+        "lift_r2": lift_r2[0] / lift_r2[1] if lift_r2[1] else None,
+        "reflections": usable[1], "usable": usable[0] / usable[1] if usable[1] else None,
+        "usable_first_steps": early[0] / early[1] if early[1] else None, "first_reflections": early[1],
+        "distilled": sum(r.get("count/distilled", 0) for r in steps),
+        "memory_set": any(r.get("memory/set") for r in steps),
+        "warmup_nll": [r["warmup/nll_before"] for r in warmup if "warmup/nll_before" in r],
         "evals": evals,
+        "final_eval": evals[-1] if evals and evals[-1][0] > 0 else None,
+        "start_eval": evals[0] if evals and evals[0][0] == 0 else None,
+        "sizes": config.get("env_kwargs", {}).get("size"),
+        "exclude": config.get("env_kwargs", {}).get("exclude"),
+        "min_path": config.get("env_kwargs", {}).get("min_path", 0),
     }
+
+
+# ---------------------------------------------------------------------------------------------- the report
 
 
 def fmt(value, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def to_markdown(runs: list[dict], command: str) -> str:
+def pooled(summaries: list[dict], key: str) -> tuple[int, int]:
+    """Successes and episodes of an evaluation (``final_eval`` or ``start_eval``), summed over seeds."""
+    found = [s[key] for s in summaries if s[key] is not None]
+    return sum(e[2] for e in found), sum(e[3] for e in found)
+
+
+def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dict]]]]) -> list[str]:
+    summaries = {arm: {seed: run_summary(*run) for seed, run in sorted(runs.items())} for arm, runs in arms.items()}
+    ordered = [arm for arm in ARMS if arm in summaries]
+    any_run = next(iter(next(iter(summaries.values())).values()))
+    hygiene = (f"exclude the paper's test maps (exclude={any_run['exclude']!r})" if any_run["exclude"]
+               else "may include the paper's test maps")
+    lines = [f"## Setting `{setting}`: FrozenLake sizes {any_run['sizes']}"
+             + (f", goals at least {any_run['min_path']} moves away" if any_run["min_path"] else ""), "",
+             f"Training draws {hygiene}; held-out evaluation replays the paper's test maps of these sizes"
+             + (" and goal distances" if any_run["min_path"] else "") + ", first attempt, initial prompt.", ""]
+    # Held-out success: the untrained policy (step 0: the same for every arm of a seed, since LoRA starts as the
+    # identity and evaluation sampling is seeded by the run seed alone) and each arm at the end of its budget.
+    starts = {seed: s["start_eval"] for arm in ordered for seed, s in summaries[arm].items() if s["start_eval"]}
+    lines += ["| arm | seeds | stopped by | steps (+ warm-up) | sampled tokens per seed (budget) | trained tokens per "
+              "seed | held-out success at the end, pooled over seeds | per seed |",
+              "|---|---|---|---|---|---|---|---|"]
+    if starts:
+        k, n = sum(e[2] for e in starts.values()), sum(e[3] for e in starts.values())
+        per_seed = ", ".join(f"{e[2]}/{e[3]}" for _, e in sorted(starts.items()))
+        lines.append(f"| untrained policy (step 0) | {len(starts)} | - | 0 | 0 | 0 | {rate(k, n)} | {per_seed} |")
+    for arm in ordered:
+        runs = summaries[arm]
+        k, n = pooled(list(runs.values()), "final_eval")
+        stops = ", ".join(sorted({s["stop"] for s in runs.values()}))
+        steps = ", ".join(f"{s['steps']}" + (f" (+{s['warmup_steps']})" if s["warmup_steps"] else "")
+                          for s in runs.values())
+        sampled = ", ".join(f"{s['sampled']:,.0f}" for s in runs.values())
+        trained = ", ".join(f"{s['trained'] + s['trained_warmup']:,.0f}" for s in runs.values())
+        budget = next(iter(runs.values()))["budget"]
+        per_seed = ", ".join(f"{s['final_eval'][2]}/{s['final_eval'][3]}" if s["final_eval"] else "-"
+                             for s in runs.values())
+        lines.append(f"| {ARM_NAMES[arm]} | {len(runs)} | {stops} | {steps} | {sampled} ({budget:,}) | {trained} | "
+                     f"{rate(k, n) if n else 'n/a'} | {per_seed} |")
+    lines += ["", "Training rollouts, pooled over seeds and steps (weighted by what each step counted): first-attempt "
+              "success r1; on the episodes that were retried, r1 and r2 of the same episodes and the lift r2 - r1; "
+              "how many of the policy's reflections held a usable `<prompt>` block (over all steps, and over the "
+              "first two ERL steps); retries distilled; whether the memory ever held a reflection.", "",
+              "| arm | first attempts | r1 | retried episodes | r1 on them | r2 on them | lift r2 - r1 | reflections | "
+              "usable `<prompt>` (all steps) | usable (first 2 steps) | distilled | memory set |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for arm in ordered:
+        runs = list(summaries[arm].values())
+        attempts = sum(s["attempts"] for s in runs)
+        r1 = sum((s["r1"] or 0) * s["attempts"] for s in runs) / attempts if attempts else None
+        retried = sum(s["retried"] for s in runs)
+        l1 = sum((s["lift_r1"] or 0) * s["retried"] for s in runs) / retried if retried else None
+        l2 = sum((s["lift_r2"] or 0) * s["retried"] for s in runs) / retried if retried else None
+        reflections = sum(s["reflections"] for s in runs)
+        usable = sum((s["usable"] or 0) * s["reflections"] for s in runs) / reflections if reflections else None
+        first = sum(s["first_reflections"] for s in runs)
+        usable_first = (sum((s["usable_first_steps"] or 0) * s["first_reflections"] for s in runs) / first
+                        if first else None)
+        teacher = arm == "erl_teacher"
+        lines.append(
+            f"| {ARM_NAMES[arm]} | {attempts:.0f} | {fmt(r1)} | {retried:.0f} | {fmt(l1)} | {fmt(l2)} | "
+            f"{fmt(None if l1 is None else l2 - l1)} | {'teacher' if teacher else f'{reflections:.0f}'} | "
+            f"{'n/a' if teacher else fmt(usable)} | {'n/a' if teacher else fmt(usable_first)} | "
+            f"{sum(s['distilled'] for s in runs):.0f} | "
+            f"{sum(s['memory_set'] for s in runs)}/{len(runs)} |")
+    warm = summaries.get("erl_warmup", {})
+    if any(s["warmup_nll"] for s in warm.values()):
+        lines += ["", "Reflection warm-up: the policy's negative log-likelihood of the teacher's rulebooks (nats per "
+                  "token) before each warm-up step's update, first and last step, per seed: "
+                  + "; ".join(f"seed {seed}: {s['warmup_nll'][0]:.2f} -> {s['warmup_nll'][-1]:.2f} over "
+                              f"{s['warmup_steps']} steps ({s['sampled_warmup']:,.0f} sampled tokens, "
+                              f"{s['trained_warmup']:,.0f} trained)"
+                              for seed, s in sorted(warm.items()) if s["warmup_nll"]) + "."]
+    lines += ["", "Wall time per run (minutes, evaluations included): " + "; ".join(
+        f"{ARM_NAMES[arm]} " + ", ".join(f"{s['minutes']:.0f}" for s in summaries[arm].values()) for arm in ordered)
+        + "."]
+    unfinished = [(arm, seed) for arm in ordered for seed, s in summaries[arm].items() if s["stop"] == "not finished"]
+    if unfinished:
+        lines += ["", "Not finished (stopped before the budget; continue with `--resume` in the run's folder): "
+                  + ", ".join(f"{ARM_NAMES[arm]} seed {seed}" for arm, seed in unfinished) + "."]
+    return lines
+
+
+def machine_lines(folder: Path) -> list[str]:
+    """The load the runs shared the machine with, and the untrained policy's first move (reflection_lift.json)."""
+    lines = []
+    if (folder / "load.jsonl").exists():
+        loads = sorted(json.loads(line)["load1"] for line in (folder / "load.jsonl").read_text().splitlines()
+                       if line.strip())
+        lines.append(f"Machine load while the runs went on (1-minute load average, sampled every minute, "
+                     f"{len(loads)} samples): median {loads[len(loads) // 2]:.1f}, "
+                     f"range {loads[0]:.1f}-{loads[-1]:.1f}, "
+                     "on 2 CPUs shared with other jobs; each run had one torch thread.")
+    lift = folder.parent / "reflection_lift.json"
+    games = json.loads(lift.read_text()) if lift.exists() else []
+    for game in games:
+        moves = game.get("first_move")
+        if moves:
+            names = [a.strip("`") for a in moves["actions"]]
+            lines.append(
+                f"The untrained policy under this protocol ([reflection_lift.md](reflection_lift.md)), first move on "
+                f"the {moves['maps']} small paper test maps: " + ", ".join(
+                    f"P({n}) {p:.2f}" for n, p in zip(names, moves["mean_probability"]))
+                + f"; entropy {moves['entropy_bits']:.2f} bits of 2; the most likely move's share "
+                f"{moves['top_share']:.2f} on average (a policy playing one move whatever the board would show "
+                "1.00 and 0 bits).")
+    return lines + ([""] if lines else [])
+
+
+def to_markdown(data: dict, command: str, png: str = "smol_erl.png", folder: Path = DATA) -> str:
     lines = [
         "# ERL vs RLVR with a real model on CPU: SmolLM2-135M-Instruct on FrozenLake",
         "",
-        f"Tables and curves by `{command}` from the two runs' metrics.jsonl ([smol_erl.png](smol_erl.png)).",
+        f"Generated by `{command}` from the runs' config.json and metrics.jsonl in [smol_erl/](smol_erl/) "
+        f"(one folder per setting, arm and seed). Curves: [{png}]({png}). 95% Wilson intervals in brackets.",
         "",
-        "| run | steps | stopped by | sampled tokens (budget) | wall minutes | mean min/step | r1 (train) | "
-        "r2 on retries | lift r2 - r1 | usable `<prompt>` | memory ever set | held-out evaluations |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *machine_lines(folder),
     ]
-    for r in runs:
-        lines.append(
-            f"| {r['name']} | {r['steps']} | {r['stop']} | {r['sampled']:,.0f} ({r['budget']:,}) | {r['minutes']:.0f} | "
-            f"{r['step_seconds'] / 60:.1f} | {fmt(r['r1'])} | {fmt(r['r2'])} | {fmt(r['lift'])} | "
-            f"{fmt(r['prompt_rate'])} | {'yes' if r['memory'] else 'no'} | {len(r['evals']) or 'not run'} |")
-    evaluated = [r for r in runs if r["evals"]]
-    if evaluated:
-        lines += ["", "Held-out first-attempt success on the paper's test maps of the trained sizes, one sample per map "
-                  "(95% Wilson intervals):", "", "| run | step | sampled tokens so far | held-out success |",
-                  "|---|---|---|---|"]
-        for r in evaluated:
-            for step, tokens, value, episodes in r["evals"]:
-                lines.append(f"| {r['name']} | {step} | {tokens:,.0f} | {rate(round(value * episodes), episodes)} |")
-    lines.append("")
+    for setting in SETTINGS:
+        if setting in data:
+            lines += setting_section(setting, data[setting]) + [""]
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, list[dict]], path: Path) -> None:
+# ---------------------------------------------------------------------------------------------- the curves
+
+
+def _band(curves: list[list[tuple[float, float]]], grid: list[float]) -> tuple[list[float], list[float], list[float]]:
+    """Mean, min and max over runs of each run's step curve (the last value reached at or before x) on ``grid``."""
+    values = []
+    for curve in curves:
+        row = []
+        for x in grid:
+            reached = [y for cx, y in curve if cx <= x]
+            row.append(reached[-1] if reached else math.nan)
+        values.append(row)
+    columns = list(zip(*values))
+    mean = [sum(c) / len(c) if not any(math.isnan(v) for v in c) else math.nan for c in columns]
+    return mean, [min(c) for c in columns], [max(c) for c in columns]
+
+
+def plot(data: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.3 * len(PANELS), 3.5))
-    colors = {"ERL": "tab:blue", "RLVR": "tab:orange"}
-    for ax, (key, title) in zip(axes, PANELS):
-        for name, rows in runs.items():
-            # x is the sampled-token budget spent so far (what the runs are matched on), not the step: an ERL step
-            # samples attempts, a reflection and a retry, so it costs more tokens than an RLVR step.
-            curves = [(key, "-", name if key != "success/attempt1" else f"{name} r1")]
-            if key == "success/attempt1":
-                curves.append(("success/attempt2", "--", f"{name} r2 (retry)"))
-            for metric, style, label in curves:
-                points = [(r.get("tokens/sampled_total", 0), r[metric]) for r in rows if metric in r]
-                if not points:
+    settings = [s for s in SETTINGS if s in data]
+    panels = ("eval/success", "success/attempt1")
+    fig, axes = plt.subplots(len(settings), len(panels), figsize=(6 * len(panels), 3.8 * len(settings)),
+                             squeeze=False)
+    for row_axes, setting in zip(axes, settings):
+        for ax, key in zip(row_axes, panels):
+            for arm in ARMS:
+                runs = data[setting].get(arm, {})
+                curves = []
+                for _, rows in runs.values():
+                    source = [r for r in rows if key in r and "warmup_step" not in r]
+                    if key == "eval/success":
+                        # The untrained policy's evaluation is shared by the arms of a seed (see the report).
+                        start = next((r for rs in (data[setting][a].get(seed, (None, []))[1]
+                                                   for a in ARMS for seed in runs) for r in rs
+                                      if r.get("step") == 0 and key in r), None)
+                        if start is not None and not any(r.get("step") == 0 for r in source):
+                            source = [start] + source
+                    if key == "success/attempt1":
+                        # One or two tasks a step: a 5-step running mean of r1.
+                        ys = [r[key] for r in source]
+                        smooth = [sum(ys[max(0, i - 4): i + 1]) / len(ys[max(0, i - 4): i + 1])
+                                  for i in range(len(ys))]
+                        source = [dict(r, **{key: y}) for r, y in zip(source, smooth)]
+                    curves.append([(r.get("tokens/sampled_total", 0) if r.get("step") else 0, r[key])
+                                   for r in source])
+                if not any(curves):
                     continue
-                x, y = zip(*points)
-                if metric.startswith("success/"):
-                    # One task a step: per-step rates are 0/4 or 3/10 noise; show them faint, a 5-step mean bold.
-                    ax.plot(x, y, style, color=colors.get(name), alpha=0.25, linewidth=0.8)
-                    y = [sum(y[max(0, i - 4): i + 1]) / len(y[max(0, i - 4): i + 1]) for i in range(len(y))]
-                    label += " (5-step mean)"
-                ax.plot(x, y, style, color=colors.get(name), marker="o" if style == "-" else "x", markersize=3,
-                        label=label)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("sampled tokens")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "not measured in these runs", ha="center", va="center", transform=ax.transAxes)
-    fig.suptitle("SmolLM2-135M-Instruct, FrozenLake sizes 2-4, one seed, matched sampled-token budget", fontsize=10)
+                grid = sorted({x for curve in curves for x, _ in curve})
+                mean, low, high = _band([c for c in curves if c], grid)
+                ax.plot(grid, mean, color=COLORS[arm], label=f"{ARM_NAMES[arm]} ({len(curves)} seeds)",
+                        marker="o" if key == "eval/success" else None, markersize=3)
+                ax.fill_between(grid, low, high, color=COLORS[arm], alpha=0.15, linewidth=0)
+            what = "held-out success (paper test maps)" if key == "eval/success" else "r1 on training (5-step mean)"
+            ax.set_title(f"{setting}: {what}", fontsize=9)
+            ax.set_xlabel("sampled tokens")
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+    fig.suptitle("SmolLM2-135M-Instruct on FrozenLake, matched sampled tokens: mean over seeds, band = min-max",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -143,16 +356,22 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--erl", type=Path, required=True, help="the ERL run's output folder")
-    parser.add_argument("--rlvr", type=Path, required=True, help="the RLVR run's output folder")
+    parser.add_argument("--collect", type=Path, default=None,
+                        help="copy RUNS/<setting>/<arm>/seed<k>/{config.json,metrics.jsonl} into --data first")
+    parser.add_argument("--data", type=Path, default=DATA, help="the copied runs (default: beside the report)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "smol_erl.md")
     args = parser.parse_args(argv)
-    loaded = {name: read_run(folder) for name, folder in (("ERL", args.erl), ("RLVR", args.rlvr))}
-    runs = [summary(name, config, rows) for name, (config, rows) in loaded.items()]
-    report = to_markdown(runs, "python benchmarks/real_model/bench_smol_erl.py --erl ERL_RUN --rlvr RLVR_RUN")
+    if args.collect is not None:
+        for name in collect(args.collect, args.data):
+            print(f"copied {name}")
+    data = load(args.data)
+    if not data:
+        parser.error(f"no runs in {args.data} (expected <setting>/<arm>/seed<k>/metrics.jsonl)")
+    report = to_markdown(data, "python benchmarks/real_model/bench_smol_erl.py", args.output.with_suffix(".png").name,
+                         args.data)
     print(report)
-    plot({name: rows for name, (_, rows) in loaded.items()}, args.output.with_suffix(".png"))
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    plot(data, args.output.with_suffix(".png"))
     write_keeping_analysis(args.output, report)
     return 0
 

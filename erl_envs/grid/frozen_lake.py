@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 from erl_envs.grid import draws
 from erl_envs.grid.actions import ACTION_NAMES, MOVES, GridAction
 from erl_envs.grid.env import GridTextEnv, MoveOutcome, check_grid_size
 from erl_envs.grid.frozen_lake_maps import (GENERATOR_MAX_TRIES, GENERATORS, MAX_MAP_SIDE, PAPER_P,
-                                            PAPER_SEARCH_DEPTH, PAPER_SIZE, MapError, draw_feasible_map,
+                                            PAPER_SEARCH_DEPTH, PAPER_SIZE, MapError, as_int, draw_feasible_map,
                                             draw_paper_map, generate_frozen_lake, p_range, prepared_map,
                                             shortest_path_length, size_range, validate_map)
 from erl_envs.grid.text import FROZEN_LAKE_SYMBOLS, SymbolSet
+from erl_envs.paper_tasks import frozenlake_test_maps
 
 # Distinct maps whose text and task id an env keeps (small boards repeat: a 2x2 board has 12 layouts).
 _MAP_TEXT_CACHE_SIZE = 4096
@@ -29,6 +30,8 @@ __all__ = [
     "GENERATORS",
     "PAPER_SEARCH_DEPTH",
 ]
+
+_EXCLUDED_REDRAWS = 1000  # a drawn map that exclude= or min_path= refuses is redrawn, this many times at most
 
 _BLOCKED = tuple(MoveOutcome(False, 0.0, False, f"tried {name}, did not move") for name in ACTION_NAMES)
 _MOVED = tuple(MoveOutcome(True, 0.0, False, f"moved {name}") for name in ACTION_NAMES)
@@ -89,7 +92,10 @@ class FrozenLakeTextEnv(GridTextEnv):
     ``max_actions_per_turn=1`` (more needs ``action_format="lenient"``); ``action_format="paper"``;
     ``reveal_rules=False`` (True appends the symbol legend and rules to
     ``instructions``); ``instructions=None`` (the system prompt; default ``prompts.GRID_INSTRUCTIONS``);
-    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``).
+    ``generator="paper"`` (or ``"feasible"``, see ``generate_frozen_lake``); ``exclude=None`` (``"paper-test"`` or a
+    list of maps: such a drawn map is redrawn, with ``size``/``p`` options too, so evaluate the paper's test rows on
+    an env without it; a ``map`` option is always played); ``min_path=0`` (a drawn map whose goal is fewer moves
+    away is redrawn: a sparse-reward distribution).
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
     ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
     ``max(16, largest size)`` per side fit.
@@ -149,10 +155,14 @@ class FrozenLakeTextEnv(GridTextEnv):
         action_format: str = "paper",
         prompts: str = "lenient",
         generator: str = "paper",
+        exclude: str | Sequence[Any] | None = None,
+        min_path: int = 0,
     ):
         if generator not in GENERATORS:
             raise ValueError(f"generator must be one of {list(GENERATORS)}, got {generator!r}")
         self.generator = generator
+        self.exclude = self._excluded_maps(exclude)
+        self.min_path = as_int(min_path, "min_path")
         self.size = size
         self.p = p
         self._sizes = size_range(size)
@@ -170,6 +180,8 @@ class FrozenLakeTextEnv(GridTextEnv):
             action_format=action_format,
             prompts=prompts,
         )
+        if not 0 <= self.min_path <= self.max_steps:  # a goal further away could never be reached in time
+            raise ValueError(f"min_path must be in [0, max_steps={self.max_steps}], got {min_path!r}")
         cell = self.renderer.cell
         self._cell_width = len(cell("frozen"))
         # str.translate turns a flattened map into its cells in one C call.
@@ -190,6 +202,16 @@ class FrozenLakeTextEnv(GridTextEnv):
         self._digest = ""
         self._map_texts: dict[str, tuple[str, str]] = {}  # flattened map -> (its grid text, its task digest)
         self._line_width = 0
+
+    @staticmethod
+    def _excluded_maps(exclude: Any) -> frozenset[str]:
+        """The flattened maps that drawing must not produce: none, the paper's test maps, or the maps given."""
+        if exclude is None or exclude == "paper-test":
+            return frozenset() if exclude is None else frozenlake_test_maps()
+        if isinstance(exclude, str) or not hasattr(exclude, "__iter__"):
+            error = ValueError if isinstance(exclude, str) else TypeError
+            raise error(f"exclude must be 'paper-test', None or a sequence of maps, got {exclude!r}")
+        return frozenset("".join(validate_map(item)) for item in exclude)
 
     # ------------------------------------------------------------------ GridTextEnv hooks
 
@@ -218,11 +240,17 @@ class FrozenLakeTextEnv(GridTextEnv):
             # rng.integers(lo, hi + 1) and rng.uniform(lo, hi), drawn the cheap way (same numbers, same stream).
             n = sizes[0] if sizes[0] == sizes[1] else sizes[0] + draws.integers(rng, sizes[1] - sizes[0] + 1, 1)[0]
             level_p = lo if lo == hi else lo + (hi - lo) * rng.random()
-            if self.generator == "paper":
-                flat, start, goal, shortest = draw_paper_map(rng, n, level_p)
+            for _ in range(_EXCLUDED_REDRAWS):
+                if self.generator == "paper":
+                    flat, start, goal, shortest = draw_paper_map(rng, n, level_p)
+                else:
+                    flat, start, goal, shortest = draw_feasible_map(rng, n, level_p, self.episode_max_steps,
+                                                                     GENERATOR_MAX_TRIES)
+                if flat not in self.exclude and shortest >= self.min_path:
+                    break
             else:
-                flat, start, goal, shortest = draw_feasible_map(rng, n, level_p, self.episode_max_steps,
-                                                                 GENERATOR_MAX_TRIES)
+                raise ValueError(f"{_EXCLUDED_REDRAWS} drawn {n}x{n} maps in a row were in exclude= or nearer than "
+                                 f"min_path={self.min_path}: these settings leave (almost) no map to draw")
         self._flat = flat
         self._n = n
         self._pos = divmod(start, n)

@@ -164,15 +164,15 @@ def _side_choice(rng: np.random.Generator, size: Any) -> int:
 def size_range(size: Any) -> tuple[int, int]:
     """``size`` as an inclusive (lo, hi) range, from an int or a pair."""
     if isinstance(size, (tuple, list)) and len(size) == 2:
-        lo, hi = (_as_int(v, "size") for v in size)
+        lo, hi = (as_int(v, "size") for v in size)
     else:
-        lo = hi = _as_int(size, "size")
+        lo = hi = as_int(size, "size")
     if lo < 2 or lo > hi:
         raise ValueError(f"size must be an int >= 2 or a range (lo, hi) with 2 <= lo <= hi, got {size!r}")
     return lo, hi
 
 
-def _as_int(value: Any, name: str) -> int:
+def as_int(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or an (lo, hi) pair of ints, got {value!r}")
     try:
@@ -431,10 +431,10 @@ def generate_frozen_lake(
         raise TypeError(
             f"rng must be a numpy.random.Generator (e.g. np.random.default_rng(0)), got {type(rng).__name__}"
         )
-    budget = _as_int(max_steps, "max_steps")
+    budget = as_int(max_steps, "max_steps")
     if budget < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    tries = _as_int(max_tries, "max_tries")
+    tries = as_int(max_tries, "max_tries")
     if tries < 1:
         raise ValueError(f"max_tries must be >= 1, got {max_tries}")
     if generator not in GENERATORS:

@@ -7,6 +7,10 @@ the reply format. Two sets, chosen by the envs' ``prompts=`` argument:
   code's prompts carry, in our own words (``PAPER_SET``; docs/fidelity.md lists each element and where it sits): a
   structured-reasoning system prompt, the valid actions and reply format, Sokoban's push rule, and per-step notices
   about walls and pushing. The paper set's reflection texts live in ``erl_envs.reflection.prompts``.
+* ``"small"`` (the ``cpu-smol`` preset): for small instruct models, whose first move copies whatever move a format
+  example names (SmolLM2-135M plays the lenient set's example ``Up`` with probability 0.84 on the paper's small
+  test maps). Its prompt and reminder name no move (``SMALL_SET``); its reflection texts, a short request and
+  instructions sized for a 135M model, live in ``erl_envs.reflection.prompts``.
 
 Override by passing your own strings to the env (``instructions=``), or by assigning to these module attributes (or
 ``PAPER_SET`` entries) before building envs.
@@ -14,8 +18,8 @@ Override by passing your own strings to the env (``instructions=``), or by assig
 
 from __future__ import annotations
 
-__all__ = ["GRID_INSTRUCTIONS", "GRID_STEP_LINES", "GRID_FORMAT_REMINDER", "PAPER_SET", "PROMPT_SETS", "GAMES",
-           "uses_paper_set", "instructions", "format_reminder", "step_lines", "moves_shown"]
+__all__ = ["GRID_INSTRUCTIONS", "GRID_STEP_LINES", "GRID_FORMAT_REMINDER", "PAPER_SET", "SMALL_SET", "PROMPT_SETS",
+           "GAMES", "uses_paper_set", "uses_small_set", "instructions", "format_reminder", "step_lines", "moves_shown"]
 
 # --- The first-attempt system prompt. The grid games reveal no rules: the model must infer them by playing. ---
 
@@ -108,20 +112,44 @@ PAPER_SET = {
     "moves_shown": {"Sokoban": 64},
 }
 
-PROMPT_SETS = ("lenient", "paper")
+# --- The small-model set (``prompts="small"``): no move named anywhere, so no move is favoured before the model has
+# played (a format example is what a 135M model copies). Moves are learned from the step notices and the feedback,
+# or taught by the valid-action constraint. Measured: benchmarks/results/reflection_lift.md, "Untrained policy".
+
+SMALL_SET = {
+    "instructions": (
+        "You are an agent playing a game on a grid. Each turn you see the current grid and choose one move. "
+        "Reply with only your move inside a triple-backtick block."
+    ),
+    "reminder": "Reply with only your move inside a triple-backtick block.",
+}
+
+PROMPT_SETS = ("lenient", "paper", "small")
 GAMES = ("FrozenLake", "Sokoban")
+
+
+def _check_set(prompt_set: str) -> None:
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"unknown prompt set {prompt_set!r}; choose one of {list(PROMPT_SETS)}")
 
 
 def uses_paper_set(prompt_set: str, game: str | None) -> bool:
     """Whether the paper set applies: it covers the two grid games; another game keeps the lenient set."""
-    if prompt_set not in PROMPT_SETS:
-        raise ValueError(f"unknown prompt set {prompt_set!r}; choose one of {list(PROMPT_SETS)}")
+    _check_set(prompt_set)
     return prompt_set == "paper" and game in GAMES
+
+
+def uses_small_set(prompt_set: str, game: str | None) -> bool:
+    """Whether the small-model set applies: like the paper set, to the two grid games only."""
+    _check_set(prompt_set)
+    return prompt_set == "small" and game in GAMES
 
 
 def instructions(prompt_set: str = "lenient", game: str | None = None) -> str:
     if uses_paper_set(prompt_set, game):
         return PAPER_SET["instructions"] + "\n\n" + PAPER_SET["reminder"][game]
+    if uses_small_set(prompt_set, game):
+        return SMALL_SET["instructions"]
     return GRID_INSTRUCTIONS
 
 
@@ -134,6 +162,8 @@ def moves_shown(prompt_set: str, game: str | None) -> int | None:
 def format_reminder(prompt_set: str = "lenient", game: str | None = None) -> str:
     if uses_paper_set(prompt_set, game):
         return PAPER_SET["reminder"][game]
+    if uses_small_set(prompt_set, game):
+        return SMALL_SET["reminder"]
     return GRID_FORMAT_REMINDER
 
 

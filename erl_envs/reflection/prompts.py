@@ -5,7 +5,10 @@ no-reflection ablation's texts.
 Two sets, following the env's prompt set: the lenient one (ours), and for the grid games under ``prompts="paper"``
 the paper set (``PAPER_SET``): a request that names the game and lists, step by step, the grid, the action as read
 from the reply, the reward, whether it took effect, whether the episode ended and, for Sokoban, where the player,
-boxes and goals are (docs/fidelity.md).
+boxes and goals are (docs/fidelity.md); and for the grid games under ``prompts="small"`` the small-model set
+(``SMALL_SET``): instructions and a request sized for a 135M model, whose trace is the start and end boards and the
+moves with their effects, not every board (the lenient request of a 4x4 game runs to ~2,300 characters, which such a
+model copies back instead of writing rules).
 
 Override through ``ReflectionWrapper``'s arguments (``reflection_instructions=`` ...), or by assigning to these module
 attributes (or ``PAPER_SET`` entries) before building wrappers.
@@ -19,7 +22,8 @@ from erl_envs.qa import prompts as qa_prompts
 
 __all__ = ["GRID_REFLECTION_INSTRUCTIONS", "QA_REFLECTION_INSTRUCTIONS", "GENERIC_REFLECTION_INSTRUCTIONS",
            "GENERIC_FORMAT_REMINDER", "NO_REFLECTION_NOTE", "NO_REFLECTION_PROMPT", "REFLECTION_REQUEST", "TRACE_STEP",
-           "TRACE_OUTCOME", "PAPER_SET", "uses_paper_set", "format_reminder", "reflection_instructions"]
+           "TRACE_OUTCOME", "PAPER_SET", "SMALL_SET", "uses_paper_set", "uses_small_set", "format_reminder",
+           "reflection_instructions"]
 
 # --- Reflection instructions: what the policy is asked to write after a failed first attempt. ---
 
@@ -153,11 +157,36 @@ PAPER_SET = {
                      "Solved: {solved}.\nFeedback: {feedback}",
 }
 
+# --- The small-model set: the grid games' reflection texts under ``prompts="small"``. A dict, like PAPER_SET. The
+# trace shows the start board, one line per move (the move as read and what it did), the end board and the outcome.
+
+SMALL_SET = {
+    "reflection_instructions": (
+        "You failed at a grid game. Work out its rules from your moves below. Write new instructions for your next "
+        "try inside <prompt>...</prompt>: what each letter means, what each move does, and the moves that reach "
+        "the goal."
+    ),
+    "reflection_request": (
+        "Your instructions were:\n{base_prompt}\n\n{trace}\n\n"
+        "Write your new instructions inside <prompt>...</prompt>."
+    ),
+    "trace": "Board at the start:\n{first_board}\nYour moves:\n{moves}\nBoard at the end:\n{final_board}\n"
+             "Outcome: {feedback} Reward: {total_return}.",
+    "move": "{index}. {action}: {comment}",
+    "no_move": "no valid move",
+}
+
 
 def uses_paper_set(style: str, prompt_set: str, game: str | None) -> bool:
     """Whether the paper set applies: it covers the two grid games; other styles and games keep the lenient set."""
     paper = grid_prompts.uses_paper_set(prompt_set, game)  # checks the prompt set whatever the style
     return style == "grid" and paper
+
+
+def uses_small_set(style: str, prompt_set: str, game: str | None) -> bool:
+    """Whether the small-model set applies: the grid games under ``prompts="small"``."""
+    small = grid_prompts.uses_small_set(prompt_set, game)  # checks the prompt set whatever the style
+    return style == "grid" and small
 
 
 def format_reminder(style: str, prompt_set: str = "lenient", game: str | None = None) -> str:
@@ -175,6 +204,8 @@ def reflection_instructions(style: str, prompt_set: str = "lenient", game: str |
     _check_style(style)
     if uses_paper_set(style, prompt_set, game):
         return PAPER_SET["reflection_instructions"]
+    if uses_small_set(style, prompt_set, game):
+        return SMALL_SET["reflection_instructions"]
     return {"grid": GRID_REFLECTION_INSTRUCTIONS, "qa": QA_REFLECTION_INSTRUCTIONS,
             "generic": GENERIC_REFLECTION_INSTRUCTIONS}[style]
 

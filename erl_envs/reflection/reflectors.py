@@ -25,11 +25,15 @@ from erl_envs.reflection.rulebooks import parse_grid, write_rulebook
 from erl_envs.reflection.trace import ReflectionRequest
 
 __all__ = [
+    "DETAILS",
     "Reflector",
     "parse_grid",
     "RuleReflector",
     "HFReflector",
 ]
+
+
+DETAILS = ("full", "plan", "brief")
 
 
 @runtime_checkable
@@ -53,14 +57,16 @@ class RuleReflector:
 
     ``detail="plan"`` writes only that shortest solution, as the action strings the env reads (falling back to the
     full rulebook when the board has none): the one part of a rulebook a small model trained from scratch can use,
-    in a few dozen tokens instead of a few hundred.
+    in a few dozen tokens instead of a few hundred. ``detail="brief"`` writes four lines (what the symbols are, what
+    a move does, what ended the attempt, a shortest route): a rulebook sized for a small model to learn to write
+    (the cpu-smol preset's teacher, about 80 tokens against about 450 for the full one).
     """
 
     def __init__(self, symbols: SymbolSet | None = None, plan: bool = True, detail: str = "full"):
         if symbols is not None and not isinstance(symbols, SymbolSet):
             raise TypeError(f"symbols must be a SymbolSet or None, got {type(symbols).__name__}")
-        if detail not in ("full", "plan"):
-            raise ValueError(f"detail must be 'full' or 'plan', got {detail!r}")
+        if detail not in DETAILS:
+            raise ValueError(f"detail must be one of {list(DETAILS)}, got {detail!r}")
         self.symbols = symbols
         self.plan = plan
         self.detail = detail

@@ -419,6 +419,32 @@ def _plan_prompt(route: Sequence[GridAction]) -> str:
             + " ".join(format_action(a) for a in route) + "\n</prompt>")
 
 
+def _brief_rulebook(request: ReflectionRequest, facts: _GridFacts, symbols: SymbolSet, frozen_lake: bool) -> str:
+    """A few lines a small model can write itself: the symbols, what a move does, what went wrong, a route."""
+    s = symbols.symbols
+    if frozen_lake:
+        lines = [f"{s['agent']} is you, {s['goal']} is the goal, {s['hole']} is a hole, {s['frozen']} is safe ice.",
+                 "Up, Down, Left and Right move you one cell; a move off the board does nothing."]
+        fell = facts.end_to is not None and (
+            facts.kind(facts.boards[-1], facts.end_to) == "agent_in_hole" or facts.entered == s["hole"])
+        if fell and facts.end_from is not None and facts.end_action is not None:
+            lines.append(f"Last time {ACTION_NAMES[facts.end_action]} from {_at(facts.end_from)} fell into the hole "
+                         f"at {_at(facts.end_to)}.")
+        else:
+            lines.append(f"Last time: {request.feedback}")
+        route = _frozen_lake_plan(facts, symbols)
+    else:
+        lines = [f"{s['agent']} is you, {s['box']} is a box, {s['target']} is a target, {s['wall']} is a wall, "
+                 f"{s['floor']} is floor.",
+                 "Up, Down, Left and Right move you one cell; walking into a box pushes it if the cell behind it "
+                 "is free.",
+                 f"Last time: {request.feedback}"]
+        route = _sokoban_plan(facts, symbols)
+    if route:
+        lines.append("Route from the start to the goal: " + ", ".join(ACTION_NAMES[a] for a in route) + ".")
+    return "<prompt>\n" + "\n".join(lines) + "\n</prompt>"
+
+
 def _sokoban_plan(facts: _GridFacts, symbols: SymbolSet) -> list[GridAction] | None:
     first = facts.boards[0]
     cells = {kind: set() for kind in symbols.symbols}
@@ -529,8 +555,9 @@ def _generic_prompt(request: ReflectionRequest) -> str:
 
 def write_rulebook(request: ReflectionRequest, symbols: SymbolSet | None, plan: bool = True,
                    detail: str = "full") -> str:
-    """The RuleReflector's reflection text for ``request``: a rulebook for a grid game (or, with ``detail="plan"``,
-    only a shortest solution written as action strings), a search-and-answer prompt for QA, a lessons list else."""
+    """The RuleReflector's reflection text for ``request``: a rulebook for a grid game (with ``detail="plan"`` only
+    a shortest solution written as action strings, with ``detail="brief"`` a few lines: symbols, moves, the mistake,
+    a route), a search-and-answer prompt for QA, a lessons list else."""
     if request.style == "qa":
         return _qa_prompt(request)
     if request.style == "grid":
@@ -542,6 +569,8 @@ def write_rulebook(request: ReflectionRequest, symbols: SymbolSet | None, plan: 
                 route = _frozen_lake_plan(facts, symbols) if frozen_lake else _sokoban_plan(facts, symbols)
                 if route:
                     return _plan_prompt(route)
+            if detail == "brief" and (frozen_lake or sokoban):
+                return _brief_rulebook(request, facts, symbols, frozen_lake)
             if frozen_lake:
                 return _frozen_lake_rulebook(request, facts, symbols, plan)
             if sokoban:

@@ -13,8 +13,9 @@ from typing import Sequence
 from erl_envs.grid.text import SymbolSet
 from erl_envs.reflection import prompts
 
-__all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace", "paper_feedback",
-           "paper_metrics", "paper_task", "board_of", "compact_grid", "DEFAULT_MAX_FIELD_CHARS"]
+__all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace", "format_small_trace",
+           "paper_feedback", "paper_metrics", "paper_task", "board_of", "board_lines", "compact_grid",
+           "DEFAULT_MAX_FIELD_CHARS"]
 
 # A trace field longer than this (a QA turn's passages, a rambling reply) is cut in the middle: the head holds the
 # grid or the first passages, the tail holds the action block, and the reflection prompt stays a sane length.
@@ -169,6 +170,35 @@ def paper_task(game: str | None, seed: int | None, info: dict, max_steps: int | 
     name = (f"sokoban_{len(rows)}x{max(map(len, rows))}_{cells('g', info.get('goals', ()))}_"
             f"{cells('b', info.get('boxes', ()))}_{cells('p', [info['position']] if 'position' in info else [])}")
     return template.format(name=name, max_steps=max_steps, layout=layout)
+
+
+def board_lines(observation: str, max_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+    """The grid of a grid game's observation (its tab-separated rows) without the notices and counters around it;
+    an observation with no such row is returned whole (clipped)."""
+    rows = [line for line in observation.split("\n") if "\t" in line]
+    return clip_text("\n".join(rows) if rows else observation, max_chars)
+
+
+def format_small_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
+                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS) -> str:
+    """The attempt as the small-model set writes it: the start board, one line per move (the move as the env read
+    it and what it did), the end board and the outcome. Every step's board is left out: a small model copies it."""
+    texts = prompts.SMALL_SET
+    moves = []
+    for i, step in enumerate(steps):
+        if step.action_reported:
+            action = step.action_read or texts["no_move"]
+        else:
+            action = clip_text(step.action, 200) if step.action.strip() else texts["no_move"]
+        moves.append(texts["move"].format(index=i + 1, action=action, comment=step.comment))
+    first = steps[0].observation if steps else final_observation
+    return texts["trace"].format(
+        first_board=board_lines(first, max_field_chars),
+        moves="\n".join(moves),
+        final_board=board_lines(final_observation, max_field_chars),
+        feedback=feedback,
+        total_return=f"{total_return:g}",
+    )
 
 
 @dataclass(frozen=True)

@@ -24,20 +24,14 @@ from erl_envs.grid.text import SymbolSet
 from erl_envs.protocol import TEXT_CHARSET, FreeText, utf8_safe
 from erl_envs.reflection import prompts
 from erl_envs.reflection.record import to_jsonable
-from erl_envs.reflection.trace import (
-    DEFAULT_MAX_FIELD_CHARS,
-    ReflectionRequest,
-    TraceStep,
-    format_paper_trace,
-    format_trace,
-    paper_feedback,
-    paper_metrics,
-    paper_task,
-)
+from erl_envs.reflection.trace import (DEFAULT_MAX_FIELD_CHARS, ReflectionRequest, TraceStep, format_paper_trace,
+                                       format_small_trace, format_trace, paper_feedback, paper_metrics, paper_task)
 
-__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "extract_prompt", "with_reminder", "to_jsonable"]
+__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "PROMPT_OPEN", "PROMPT_CLOSE", "extract_prompt",
+           "with_reminder", "to_jsonable"]
 
 PHASES = ("attempt1", "reflect", "attempt2")
+PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"  # around a reflection's new system prompt (reflect_prefill)
 # How a reflection becomes attempt 2's system prompt and the memory. "project": the last non-empty <prompt> block,
 # the reminder on a line of its own, stored (without the reminder) only when the prompt came from the reflection.
 # "paper": the reference's: the first block (an empty one is a fallback), the reminder appended once
@@ -347,7 +341,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             prompts.reflection_instructions(*texts) if reflection_instructions is None else reflection_instructions
         )
         self.format_reminder = prompts.format_reminder(*texts) if format_reminder is None else format_reminder
-        self._paper_request = prompts.uses_paper_set(*texts)
+        # The reflect phase's request and trace layout: the paper's, the small-model one, or ours.
+        self._request_set = ("paper" if prompts.uses_paper_set(*texts) else
+                             "small" if prompts.uses_small_set(*texts) else "lenient")
 
         inner_obs = getattr(env, "observation_space", None)
         sample_length = max(getattr(inner_obs, "max_length", 0) or 0, 4096)
@@ -470,11 +466,13 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _trace_text(self, attempt: _Attempt, steps: tuple[TraceStep, ...] | None = None) -> str:
         steps = attempt.trace_steps() if steps is None else steps
         final = _as_text(attempt.observations[-1])
-        if not self._paper_request:
-            return format_trace(steps, final, attempt.total, attempt.feedback(), self.max_trace_field_chars)
-        success = attempt.success(self.gate_threshold)
-        feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name)
-        return format_paper_trace(steps, final, attempt.total, feedback, self.max_trace_field_chars, solved=success)
+        if self._request_set == "paper":
+            success = attempt.success(self.gate_threshold)
+            feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name)
+            return format_paper_trace(steps, final, attempt.total, feedback, self.max_trace_field_chars,
+                                      solved=success)
+        write = format_small_trace if self._request_set == "small" else format_trace
+        return write(steps, final, attempt.total, attempt.feedback(), self.max_trace_field_chars)
 
     def _build_request(self) -> ReflectionRequest:
         attempt = self._attempt1
@@ -486,12 +484,14 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             base = self._instructions
         steps = attempt.trace_steps()
         trace = utf8_safe(self._trace_text(attempt, steps))  # it quotes the model's replies, which may not be UTF-8
-        if self._paper_request:
+        if self._request_set == "paper":
             success = attempt.success(self.gate_threshold)
             task = paper_task(self.game_name, self._episode_seed, self._env_info, self._env_info.get("steps_left"))
             text = prompts.PAPER_SET["reflection_request"].format(
                 base_prompt=base, metrics=paper_metrics([attempt.total], [success]), game=self.game_name, task=task,
                 trace=trace)
+        elif self._request_set == "small":
+            text = prompts.SMALL_SET["reflection_request"].format(base_prompt=base, trace=trace)
         else:
             text = prompts.REFLECTION_REQUEST.format(base_prompt=base, trace=trace)
         symbols = getattr(self.env.unwrapped, "symbols", None)

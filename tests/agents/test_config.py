@@ -384,3 +384,16 @@ def test_paper_preset_runs_the_reference_scripts_and_cpu_tiny_stays_as_it_was():
 def test_memory_fields_are_checked(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         build_config(flags=bad)
+
+
+def test_cpu_smol_plays_the_small_model_protocol():
+    """The unbiased prompt set, the short reflection request, the prefilled reflection, and held-out hygiene."""
+    config = build_config(flags={"preset": "cpu-smol"})
+    assert config.env_kwargs == {"size": [2, 4], "prompts": "small", "exclude": "paper-test"}
+    assert config.eval_env_kwargs == {"exclude": None}
+    assert config.reflect_prefill and config.reflector == "policy" and config.reflection_instructions == ""
+    sokoban = build_config(flags={"preset": "cpu-smol", "env": "ERL-Sokoban-v0"})
+    assert sokoban.env_kwargs["prompts"] == "small"  # Sokoban's generator always excludes its test layouts
+    for name, value in (("reflector", "oracle"), ("warmup_reflector", "policy"), ("reflection_warmup", -1)):
+        with pytest.raises(ValueError, match=name):
+            build_config(flags={name: value})

@@ -263,3 +263,67 @@ def test_an_attempt_ended_by_the_budget_is_reflected_on_and_retried(policy):
     assert len(episode.record["attempt1"]["actions"]) == 1
     with pytest.raises(ValueError, match="ResponseBudget"):
         run_episodes(policy, [TextBanditEnv()], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), response_budget=5)
+
+
+# --- reflections started inside <prompt> (prefill) and stopped at a string ---
+
+
+def test_a_stop_string_cuts_the_reply_after_the_token_that_completes_it(policy):
+    """Same seed, same samples up to the stop string; the reply ends right after it, counts as finished, and needs
+    no end-of-turn token. The string may span token boundaries."""
+    contexts = [[5, 6, 7], [8, 9]]
+    params = SamplingParams(1.0, 1.0, 0, 12)
+    torch.manual_seed(3)
+    free = generate_replies(policy, contexts, params)
+    row = max(range(2), key=lambda r: len(free[r].ids))
+    ids = [t for t in free[row].ids if t not in policy.chat.stop_ids]
+    assert len(ids) >= 4, "the tiny model should write a few tokens"
+    stop = policy.tokenizer.decode(ids[1:3])
+    assert stop and stop not in policy.tokenizer.decode(ids[:2])
+    torch.manual_seed(3)
+    cut = generate_replies(policy, contexts, params, stop_string=stop)
+    assert cut[row].ids == ids[:3] and cut[row].finished
+    assert cut[row].logprobs == pytest.approx(free[row].logprobs[:3], abs=1e-5)
+    assert policy.tokenizer.decode(cut[row].ids).endswith(stop)
+
+
+def _reflecting(policy, prefix, stop, seed=11):
+    from erl_envs.reflection import ReflectionWrapper
+
+    envs = [ReflectionWrapper(TextBanditEnv(turns=1, prize=0)) for _ in range(6)]
+    torch.manual_seed(seed)
+    return run_episodes(policy, envs, [(i, None) for i in range(6)], list(range(6)), SamplingParams(1.0, 1.0, 0, 4),
+                        reflect_sampling=SamplingParams(1.0, 1.0, 0, 10), constrained=True, table=ConstraintTable(),
+                        reflect_prefix=prefix, reflect_stop=stop)
+
+
+def test_a_prefilled_reflection_starts_with_the_prefix_as_context_and_the_env_reads_prefix_plus_reply(policy):
+    prefix = "<prompt>\n"
+    prefix_ids = policy.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    episodes = _reflecting(policy, prefix, "")
+    reflections = [(e, e.trajectory("reflection")) for e in episodes if e.trajectory("reflection") is not None]
+    assert reflections, "some first attempts must fail"
+    for episode, reflection in reflections:
+        opening = policy.chat.open(reflection.system_prompt, reflection.first_observation)
+        assert reflection.tokens[:reflection.prompt_len] == opening + prefix_ids
+        assert reflection.mask[:reflection.prompt_len] == [0] * reflection.prompt_len  # given, not trained
+        reply = [t for t, m in zip(reflection.tokens, reflection.mask) if m]
+        text = episode.record["reflection"]["text"]
+        assert text == prefix + policy.chat.reply_text(reply)
+    # Without a prefix the reply is the model's from its first token.
+    plain = next(t for e in _reflecting(policy, "", "") if (t := e.trajectory("reflection")) is not None)
+    assert plain.prompt_len == len(policy.chat.open(plain.system_prompt, plain.first_observation))
+
+
+def test_a_reflection_stopped_at_the_string_is_closed_by_an_env_token_and_is_not_truncated(policy):
+    free = _reflecting(policy, "<prompt>\n", "")
+    chosen = next(e for e in free if (t := e.trajectory("reflection")) is not None and t.num_model_tokens >= 4)
+    reply = [t for t, m in zip(*(chosen.trajectory("reflection").tokens, chosen.trajectory("reflection").mask)) if m]
+    reply = [t for t in reply if t not in policy.chat.stop_ids]
+    stop = policy.tokenizer.decode(reply[1:3])
+    assert stop not in policy.tokenizer.decode(reply[:2])
+    stopped = _reflecting(policy, "<prompt>\n", stop)[chosen.index].trajectory("reflection")
+    trained = [t for t, m in zip(stopped.tokens, stopped.mask) if m]
+    assert trained == reply[:3]
+    assert stopped.tokens[-1] == policy.chat.end_of_turn_id and stopped.mask[-1] == 0
+    assert stopped.truncated_replies == 0

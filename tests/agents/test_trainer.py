@@ -109,14 +109,14 @@ def test_no_reflection_ablation_runs(tmp_path):
 @pytest.mark.parametrize("algo", ["rlvr", "erl"])
 def test_tiny_model_improves_on_small_frozen_lake(tmp_path, algo):
     """A short, step-based version of benchmarks/learning/bench_learning.py: 80 cpu-tiny steps (~3 quiet CPU minutes) must
-    lift held-out first-attempt success well clear of a random policy (31-38% on sizes 2-4)."""
-    config = build_config({"preset": "cpu-tiny"}, flags=dict(
-        env="ERL-FrozenLake-v0", algo=algo, output=str(tmp_path / algo), steps=80, time_limit_min=0.0,
-        eval_every=20, eval_tasks=100, eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False))
-    metrics = Trainer(config).train()
+    lift held-out first-attempt success well clear of a random policy (31-38% on sizes 2-4). The config and the bar
+    are benchmarks/learning/bench_main_job.py's, which reports this check's numbers (benchmarks/results/main_job.md)."""
+    from benchmarks.learning.bench_main_job import ci_check_config, ci_check_passes
+
+    metrics = Trainer(ci_check_config(algo, str(tmp_path / algo))).train()
     evals = [m["eval/success"] for m in metrics if "eval/success" in m]
     assert len(evals) == 5
-    assert max(evals[1:]) >= max(0.5, evals[0] + 0.1), evals
+    assert ci_check_passes(evals), evals
 
 
 def test_held_out_hotpotqa_questions_must_not_be_training_questions(tmp_path, hotpotqa_sample, capsys):

@@ -59,8 +59,12 @@ def test_reflection_lift_replays_each_failure_for_every_retry_condition(tiny_pol
     assert all(0 <= v <= result["failed"] for v in result["retry_successes"].values())
     assert 0 <= result["usable_prompts"] <= result["failed"] and result["sampled_tokens"] > 0
     assert len(result["load_average"]) == 3
+    assert result["first_move"]["maps"] == 5 and sum(result["first_move"]["mean_probability"]) == pytest.approx(1.0)
+    assert result["first_move_lenient"]["prompts"] == "lenient" and result["first_move"]["prompts"] == "lenient"
+    assert sum(result["first_moves_sampled"].values()) == 5
     report = lift.to_markdown([result], "cmd", settings, True, 1)
     assert "| frozenlake (sizes " in report and "load average" in report
+    assert "## Untrained policy: its first move" in report and "| P(Up) | P(Down) | P(Left) | P(Right) |" in report
 
 
 def _step_towards(observation: str, target: str) -> str:
@@ -168,31 +172,78 @@ def test_reflection_lift_report_merges_per_game_json_files(tmp_path):
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
 
 
-def _fake_run(folder: Path, algo: str, per_step: int, steps: int, evals: dict) -> Path:
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"algo": algo, "max_sampled_tokens": per_step * steps,
-                                                    "steps": 1000}))
-    rows = [{"step": 0, "eval/success": evals[0], "eval/episodes": 37.0, "time/eval": 1.0}]
+def test_move_summary_matches_hand_computed_values():
+    summary = lift.move_summary([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0]])
+    assert summary["mean_probability"] == [0.625, 0.125, 0.125, 0.125]
+    assert summary["entropy_bits"] == pytest.approx(1.0) and summary["top_share"] == pytest.approx(0.625)
+    assert summary["maps"] == 2
+
+
+def test_first_move_distribution_is_what_constrained_sampling_draws(tiny_policy):
+    """The computed probabilities of the four replies agree with the frequencies of constrained sampling at
+    temperature 1 from the same context (2,000 draws: each within 0.04)."""
+    import torch
+
+    from erl_agents.rollout import ConstraintTable, generate_replies
+    from erl_envs.protocol import instructions_of
+
+    env = make_env("ERL-FrozenLake-v0", {"size": [2, 3], "prompts": "small"})
+    task = (4, {"size": 3, "p": 0.7})
+    (probabilities,) = lift.first_move_distribution(tiny_policy, env, [task])
+    assert sum(probabilities) == pytest.approx(1.0, abs=1e-5)
+    obs, _ = env.reset(seed=task[0], options=task[1])
+    context = tiny_policy.chat.open(instructions_of(env), obs)
+    actions = env.unwrapped.valid_actions
+    torch.manual_seed(0)
+    replies = generate_replies(tiny_policy, [context] * 2000, SamplingParams(1.0, 1.0, 0, 8), actions,
+                               ConstraintTable())
+    texts = [tiny_policy.chat.reply_text(r.ids) for r in replies]
+    for action, p in zip(actions, probabilities):
+        assert texts.count(action) / len(texts) == pytest.approx(p, abs=0.04)
+
+
+def _fake_run(folder: Path, algo: str, per_step: int, steps: int, evals: dict, budget: int, warmup: int = 0) -> None:
+    folder.mkdir(parents=True)
+    config = {"algo": algo, "max_sampled_tokens": budget, "steps": 1000, "output": "/machine/path/" + folder.name,
+              "env_kwargs": {"size": [2, 4], "exclude": "paper-test"}, "time_limit_min": 0.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    rows = [{"step": 0, "eval/success": evals[0], "eval/episodes": 37.0}] if 0 in evals else []
+    rows += [{"step": 0, "warmup_step": k, "tokens/generated": 0, "warmup/nll_before": 3.0 - k,
+              "warmup/trained_tokens": 100} for k in range(1, warmup + 1)]
     for step in range(1, steps + 1):
         row = {"step": step, "tokens/generated": per_step, "tokens/sampled_total": per_step * step,
-               "success/attempt1": 0.25, "time/step": 60.0, "time/elapsed": 60.0 * step}
+               "count/attempt1": 4, "success/attempt1": 0.25, "trained_tokens": 50, "time/elapsed": 60.0 * step}
         if algo == "erl":
-            row.update({"success/attempt2": 0.5, "lift": 0.25, "reflection/prompt_rate": 0.5, "memory/set": 1.0})
+            row.update({"count/attempt2": 2, "lift/r1": 0.0, "lift/r2": 0.5, "reflection/count": 2,
+                        "reflection/prompt_rate": 0.5, "memory/set": 1.0, "count/distilled": 1})
         if step in evals:
             row.update({"eval/success": evals[step], "eval/episodes": 37.0})
         rows.append(row)
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return folder
 
 
-def test_smol_erl_report_tables_both_runs_and_their_held_out_curves(tmp_path):
-    erl = _fake_run(tmp_path / "erl", "erl", 700, 4, {0: 3 / 37, 4: 5 / 37})
-    rlvr = _fake_run(tmp_path / "rlvr", "rlvr", 280, 10, {0: 3 / 37, 6: 4 / 37, 10: 6 / 37})
-    out = tmp_path / "smol_erl.md"
-    assert smol_erl.main(["--erl", str(erl), "--rlvr", str(rlvr), "--output", str(out)]) == 0
+def test_smol_erl_report_pools_seeds_per_arm_from_the_copied_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        _fake_run(runs / "small" / "rlvr" / f"seed{seed}", "rlvr", 100, 10, {0: 4 / 37, 10: (10 + seed) / 37}, 1000)
+        _fake_run(runs / "small" / "erl_warmup" / f"seed{seed}", "erl", 250, 4, {4: 8 / 37}, 1000, warmup=2)
+    _fake_run(runs / "small" / "erl_own" / "seed0", "erl", 250, 2, {}, 1000)  # stopped early: not finished
+    data, out = tmp_path / "data", tmp_path / "smol_erl.md"
+    assert smol_erl.main(["--collect", str(runs), "--data", str(data), "--output", str(out)]) == 0
+    copied = json.loads((data / "small" / "rlvr" / "seed0" / "config.json").read_text())
+    assert copied["output"] == "runs/small/rlvr/seed0"  # no path of the machine the run was on
     text = out.read_text()
-    assert "| ERL | 4 | token budget | 2,800 (2,800) |" in text
-    assert "| RLVR | 10 | token budget | 2,800 (2,800) |" in text
-    assert "| ERL | 4 | 2,800 | 5/37 = 0.14 [" in text and "| RLVR | 6 | 1,680 | 4/37 = 0.11 [" in text
-    assert "| ERL | 0 | 0 | 3/37 = 0.08 [0.03, 0.21] |" in text
+    assert "| untrained policy (step 0) | 2 | - | 0 | 0 | 0 | 8/74 = 0.11 [" in text
+    assert "| RLVR | 2 | token budget | 10, 10 | 1,000, 1,000 (1,000) | 500, 500 | 21/74 = 0.28 [" in text
+    assert "| 10/37, 11/37 |" in text
+    assert ("| ERL after reflection warm-up | 2 | token budget | 4 (+2), 4 (+2) | 1,000, 1,000 (1,000) | 400, 400 |"
+            in text)
+    # r1 and r2 of the same retried episodes, and the usable-<prompt> rate, pooled over seeds and steps.
+    assert "| ERL after reflection warm-up | 32 | 0.25 | 16 | 0.00 | 0.50 | 0.50 | 16 | 0.50 | 0.50 | 8 | 2/2 |" in text
+    assert "seed 0: 2.00 -> 1.00 over 2 steps" in text
+    assert "Not finished" in text and "ERL, own reflections seed 0" in text
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+    # Rewriting from the copies alone gives the same report.
+    again = tmp_path / "again.md"
+    assert smol_erl.main(["--data", str(data), "--output", str(again)]) == 0
+    assert again.read_text() == text

@@ -7,6 +7,7 @@ import pytest
 import erl_envs  # noqa: F401
 from erl_envs.grid import prompts as grid_prompts
 from erl_envs.reflection import ReflectionWrapper
+from erl_envs.reflection import prompts as reflection_prompts
 
 GRID_IDS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0")
 
@@ -169,3 +170,59 @@ def test_paper_texts_do_not_change_the_tiny_tokenizer_corpus():
     constants = prompt_constants()
     assert len(constants) == 16 and grid_prompts.GRID_INSTRUCTIONS in constants
     assert not any("reasoning engine" in text or "Master Rulebook" in text for text in constants)
+
+
+# ----------------------------------------------------------------------------- the small-model set
+
+
+MOVE_NAMES = ("Up", "Down", "Left", "Right")
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_small_set_names_no_move_so_no_move_is_favoured(env_id):
+    """A format example is what a 135M model plays (the lenient ```Up``` made SmolLM2 play Up 84% of the time): the
+    small set's prompt and reminder name no move at all."""
+    env = gym.make(env_id, prompts="small").unwrapped
+    assert env.instructions == grid_prompts.SMALL_SET["instructions"]
+    for text in (env.instructions, grid_prompts.format_reminder("small", env.game_name)):
+        assert "triple-backtick" in text
+        assert not any(name in text for name in MOVE_NAMES), text
+
+
+def _small_request(env_id="ERL-FrozenLake-v0", prompts="small"):
+    env = ReflectionWrapper(gym.make(env_id, prompts=prompts))
+    env.reset(seed=3, options={"map": ["SFF", "FHF", "FFG"]} if "Frozen" in env_id else None)
+    obs = None
+    for reply in ["```Right```", "```Up```", "```Down```", "```Down```", "```Down```"]:
+        obs, reward, terminated, truncated, info = env.step(reply)
+        if env.phase != "attempt1":
+            return env, obs, info
+    raise AssertionError("the scripted first attempt did not fail")
+
+
+def test_small_request_shows_the_start_and_end_boards_and_one_line_per_move():
+    env, request, info = _small_request()
+    assert request.startswith("Your instructions were:\n" + grid_prompts.SMALL_SET["instructions"])
+    assert "Board at the start:\n A \t D \t D \t\n D \t C \t D \t\n D \t D \t B \t\nYour moves:\n" in request
+    assert "1. Right: moved Right\n2. Up: tried Up, did not move\n3. Down: moved Down and fell into a hole\n" in request
+    assert "Board at the end:\n D \t D \t D \t\n D \t X \t D \t\n D \t D \t B \t\nOutcome: Fell into a hole." in request
+    # No board per step, no notices or counters: what a small model would copy back.
+    assert request.count("\t\n D \t") == 4 and "Steps remaining" not in request and "Not solved" not in request
+    assert info["system_prompt"] == reflection_prompts.SMALL_SET["reflection_instructions"]
+    lenient = _small_request(prompts="lenient")[1]
+    assert len(request) < len(lenient) / 2
+
+
+def test_small_retry_gets_the_small_reminder():
+    env, request, info = _small_request()
+    obs, reward, terminated, truncated, info = env.step("<prompt>Go Right, then Down.</prompt>")
+    assert info["system_prompt"] == "Go Right, then Down.\n" + grid_prompts.SMALL_SET["reminder"]
+
+
+def test_small_texts_do_not_change_the_tiny_tokenizer_corpus():
+    from erl_agents.envs import prompt_constants
+
+    constants = prompt_constants()
+    assert len(constants) == 16
+    small = list(grid_prompts.SMALL_SET.values()) + list(reflection_prompts.SMALL_SET.values())
+    assert not any(text in constants for text in small)

@@ -641,3 +641,75 @@ def test_a_map_error_quotes_at_most_a_little_of_the_row():
     with pytest.raises(ValueError) as caught:
         validate_map(["SFG", "F" * 10_000, "FFF"])
     assert len(str(caught.value)) < 300
+
+
+# ----------------------------------------------------------------------------- held-out hygiene
+
+
+def test_exclude_paper_test_keeps_every_test_map_out_of_training_draws():
+    """On sizes 2-4 about one draw in nine is a paper test map (13 of the 37 small test maps are 2x2 boards, of
+    which few exist); with exclude="paper-test" none is, and draws that were not test maps stay the same."""
+    from erl_envs.paper_tasks import frozenlake_test_maps
+
+    test_maps = frozenlake_test_maps()
+    assert len(test_maps) == 97  # 100 rows, three maps repeated
+    plain = FrozenLakeTextEnv(size=(2, 4))
+    clean = FrozenLakeTextEnv(size=(2, 4), exclude="paper-test")
+    hits = 0
+    for seed in range(1500):
+        plain.reset(seed=seed)
+        clean.reset(seed=seed)
+        drawn, kept = "".join(plain.map_rows), "".join(clean.map_rows)
+        assert kept not in test_maps
+        if drawn in test_maps:
+            hits += 1
+        else:
+            assert kept == drawn  # only the colliding draws are redrawn
+    assert hits > 100
+
+
+def test_excluded_maps_can_still_be_played_when_given():
+    from erl_envs.paper_tasks import frozenlake_test_rows
+
+    row = next(r for r in frozenlake_test_rows() if r["size"] == 2)
+    env = FrozenLakeTextEnv(size=(2, 4), exclude="paper-test")
+    env.reset(seed=1, options={"map": row["map"]})
+    assert env.map_rows == row["map"]
+    # The same test row through the generator's parameters is a draw, and draws are never test maps.
+    env.reset(seed=row["seed"], options={"size": row["size"], "p": row["p"]})
+    assert env.map_rows != row["map"]
+    assert FrozenLakeTextEnv(size=(2, 4)).reset(seed=row["seed"], options={"size": 2, "p": row["p"]})[1]["task_id"] \
+        == env.reset(seed=1, options={"map": row["map"]})[1]["task_id"]
+
+
+def test_exclude_takes_explicit_maps_and_refuses_anything_else():
+    env = FrozenLakeTextEnv(size=2, exclude=[["SF", "FG"], "SF\nHG"])
+    assert env.exclude == frozenset({"SFFG", "SFHG"})
+    for seed in range(200):
+        env.reset(seed=seed)
+        assert "".join(env.map_rows) not in env.exclude
+    with pytest.raises(ValueError, match="exclude must be"):
+        FrozenLakeTextEnv(exclude="test")
+    with pytest.raises(TypeError, match="exclude must be"):
+        FrozenLakeTextEnv(exclude=3)
+    # Excluding every 2x2 map leaves nothing to draw: a clear error, not an endless loop.
+    probe = FrozenLakeTextEnv(size=2)
+    every_2x2 = set()
+    for seed in range(2000):
+        probe.reset(seed=seed)
+        every_2x2.add("\n".join(probe.map_rows))
+    with pytest.raises(ValueError, match="in a row were in exclude="):  # and no endless loop
+        FrozenLakeTextEnv(size=2, exclude=sorted(every_2x2)).reset(seed=0)
+
+
+def test_min_path_redraws_maps_whose_goal_is_too_near():
+    env = FrozenLakeTextEnv(size=(5, 6), min_path=4)
+    plain = FrozenLakeTextEnv(size=(5, 6))
+    near = 0
+    for seed in range(300):
+        assert env.reset(seed=seed)[1]["optimal_steps"] >= 4
+        near += plain.reset(seed=seed)[1]["optimal_steps"] < 4
+    assert near > 100  # most paper-generator goals are one to three moves away
+    for bad, error in ((-1, ValueError), (9, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="min_path"):
+            FrozenLakeTextEnv(min_path=bad)

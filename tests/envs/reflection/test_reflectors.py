@@ -477,3 +477,40 @@ def test_rule_reflector_goes_by_what_the_env_read():
     assert [(s.action_read, s.action_reported) for s in steps] == [(None, True)] * 3
     prompt = RuleReflector()(seen[0])
     assert "Up from row 2, column 2 had no effect" not in prompt and "readable" in prompt
+
+
+# ----------------------------------------------------------------------------- the brief rulebook (cpu-smol's teacher)
+
+
+@pytest.mark.parametrize("env_id", ["ERL-FrozenLake-v0", "ERL-Sokoban-v0"])
+def test_brief_detail_names_the_symbols_the_mistake_and_a_route_that_solves_the_board(env_id):
+    kwargs = {"size": 4} if env_id == "ERL-FrozenLake-v0" else {}
+    rng = np.random.default_rng(5)
+    checked = 0
+    for seed in range(20):
+        request, infos = trace_of(env_id, seed, [str(rng.choice(MOVE_REPLIES)) for _ in range(6)], **kwargs)
+        if request.success:
+            continue
+        text = RuleReflector(detail="brief")(request)
+        prompt, reason = extract_prompt(text)
+        assert prompt is not None, reason
+        assert text.startswith("<prompt>\n") and text.endswith("\n</prompt>")
+        assert "<game_rules>" not in prompt and len(prompt) < 400  # a few lines, not the full rulebook
+        symbols = request.symbols.symbols
+        assert f"{symbols['agent']} is you" in prompt
+        route = re.search(r"Route from the start to the goal: (.*)\.", prompt).group(1).split(", ")
+        assert len(route) == infos[0]["optimal_steps"]
+        assert replay(env_id, seed, route, **kwargs)["success"]
+        checked += 1
+    assert checked >= 10
+
+
+def test_brief_detail_says_where_the_agent_fell():
+    # S F / H G: Down from the start falls into the hole at row 2, column 1.
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Down```"], options={"map": ["SF", "HG"]})
+    prompt, _ = extract_prompt(RuleReflector(detail="brief")(request))
+    assert "Last time Down from row 1, column 1 fell into the hole at row 2, column 1." in prompt
+    assert "Route from the start to the goal: Right, Down." in prompt
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Up```"] * 2, options={"map": ["SF", "HG"], "max_steps": 2})
+    prompt, _ = extract_prompt(RuleReflector(detail="brief")(request))
+    assert "Last time: Hit the max step limit before reaching the goal." in prompt

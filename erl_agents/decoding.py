@@ -1,7 +1,10 @@
-"""Constrained decoding: replies restricted token by token to an env's valid action strings.
+"""What ``generate`` may sample and where a reply ends: the valid-action constraint and the stop string.
 
-``generate`` samples from what the trie of valid replies allows after each prefix (``_TrieConstraint``), and every
-sampled token records the set it was drawn from in a ``ConstraintTable``, so the update scores it under the same set.
+* Constrained decoding (``constrained_actions``): the env's valid replies as a token trie (``ActionTrie``), a logits
+  processor that keeps each row inside it (``TrieConstraint``), and the interned sets each sampled token was drawn
+  from (``ConstraintTable``), so the update scores a token under the very set it was sampled from.
+* A stop string (``StopString``, ``stop_string_end``): a reflection that closes its ``</prompt>`` block ends there,
+  wherever the token boundaries fall.
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ import math
 from typing import Sequence
 
 import torch
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, StoppingCriteria
 
 from erl_agents.models import Policy
 
-__all__ = ["ConstraintTable"]
+__all__ = ["ConstraintTable", "ActionTrie", "TrieConstraint", "StopString", "stop_string_end", "reflection_prefill"]
 
 
 class ConstraintTable:
@@ -40,7 +43,7 @@ class ConstraintTable:
         return mask
 
 
-class _ActionTrie:
+class ActionTrie:
     """Valid replies as token sequences (each ending with end-of-turn): what may follow a generated prefix.
 
     Nodes are numbered so that a generation step can advance every row with one dict lookup and fetch every row's
@@ -88,7 +91,7 @@ class _ActionTrie:
         return self._masks[key]
 
 
-class _TrieConstraint(LogitsProcessor):
+class TrieConstraint(LogitsProcessor):
     """Restricts each row to what the trie allows after its reply so far.
 
     The same arithmetic as ``generate``'s ``prefix_allowed_tokens_fn`` processor (add 0 / -inf; rows whose allowed
@@ -97,7 +100,7 @@ class _TrieConstraint(LogitsProcessor):
     what the constraint sets of the sampled tokens are read from.
     """
 
-    def __init__(self, trie: _ActionTrie, prompt_width: int):
+    def __init__(self, trie: ActionTrie, prompt_width: int):
         self.trie = trie
         self.prompt_width = prompt_width
         self.nodes: list[list[int]] = []  # per generation step, per row
@@ -112,3 +115,36 @@ class _TrieConstraint(LogitsProcessor):
         processed = scores + mask
         unsatisfiable = processed.amax(dim=-1, keepdim=True).isneginf()
         return torch.where(unsatisfiable, mask, processed)
+
+
+class StopString(StoppingCriteria):
+    """Ends a row once its reply so far holds ``text`` (e.g. ``</prompt>``), wherever token boundaries fall."""
+
+    def __init__(self, tokenizer, text: str, prompt_width: int):
+        self.tokenizer = tokenizer
+        self.text = text
+        self.prompt_width = prompt_width
+        # Every token holds at least one character, so the last len(text) + 1 tokens hold any fresh occurrence.
+        self.window = len(text) + 1
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        tails = input_ids[:, max(self.prompt_width, input_ids.shape[1] - self.window):].tolist()
+        done = [self.text in self.tokenizer.decode(tail, skip_special_tokens=True) for tail in tails]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def stop_string_end(tokenizer, ids: Sequence[int], text: str) -> int | None:
+    """How many of ``ids`` it takes for their text to hold ``text`` (the reply is cut after that token), or None."""
+    window = len(text) + 1
+    for end in range(1, len(ids) + 1):
+        if text in tokenizer.decode(ids[max(0, end - window): end], skip_special_tokens=True):
+            return end
+    return None
+
+
+def reflection_prefill(enabled: bool) -> tuple[str, str]:
+    """What starts the policy's reflections (as context) and what stops them: ``<prompt>`` and ``</prompt>`` when
+    ``enabled`` (config ``reflect_prefill``), else nothing."""
+    from erl_envs.reflection.wrapper import PROMPT_CLOSE, PROMPT_OPEN
+
+    return (PROMPT_OPEN + "\n", PROMPT_CLOSE) if enabled else ("", "")

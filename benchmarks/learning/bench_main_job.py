@@ -1,0 +1,189 @@
+"""The README's tiny-model numbers, each from runs whose data sits beside the report:
+
+* the main job, ``erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny``: ERL whose reflection is the
+  RuleReflector's plan (the shortest solution of the failed board, read with the env's symbols: privileged), for
+  the preset's 8 minutes of training, so its step count depends on the machine's speed and load;
+* the CI learning check, ``tests/agents/test_trainer.py::test_tiny_model_improves_on_small_frozen_lake``, RLVR and
+  ERL: 80 steps each (step-based, so the numbers are the same on any CPU; ``ci_check_config`` is the test's config).
+
+    python benchmarks/learning/bench_main_job.py --run RUNS        # run the three (one after the other), then report
+    python benchmarks/learning/bench_main_job.py --run RUNS --only main     # one of them (main, ci_rlvr, ci_erl)
+    python benchmarks/learning/bench_main_job.py --collect RUNS    # copy RUNS/{main,ci_rlvr,ci_erl}, then report
+    python benchmarks/learning/bench_main_job.py                   # the report from benchmarks/results/main_job/
+
+Writes benchmarks/results/main_job.md from the copied config.json, metrics.jsonl and load.json of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.reporting import rate, write_keeping_analysis  # noqa: E402
+
+DATA = ROOT / "benchmarks" / "results" / "main_job"
+MAIN_ARGS = ["--env", "ERL-FrozenLake-v0", "--algo", "erl", "--preset", "cpu-tiny"]
+# The CI learning check's settings over the cpu-tiny preset (the test builds its config with ci_check_config).
+CI_CHECK = dict(env="ERL-FrozenLake-v0", steps=80, time_limit_min=0.0, eval_every=20, eval_tasks=100,
+                eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False)
+RUNS = ("main", "ci_rlvr", "ci_erl")
+REFLECTORS = {
+    "plan": "the RuleReflector's plan: the shortest solution of the failed board, read with the env's symbols "
+            "(privileged; the tiny model cannot write reflections)",
+    "rule": "the RuleReflector's full rulebook (privileged)",
+    "brief": "the RuleReflector's brief rulebook (privileged)",
+    "policy": "the policy's own reflection",
+}
+
+
+def ci_check_config(algo: str, output: str):
+    """The config of the CI learning check for ``algo`` writing into ``output``."""
+    from erl_agents.config import build_config
+
+    return build_config({"preset": "cpu-tiny"}, flags=dict(CI_CHECK, algo=algo, output=output))
+
+
+def ci_check_passes(evals: list[float]) -> bool:
+    """The CI check's bar: some later evaluation at least 0.5 and at least 0.1 above the untrained policy's."""
+    return len(evals) > 1 and max(evals[1:]) >= max(0.5, evals[0] + 0.1)
+
+
+def _sample_load(path: Path, stop: threading.Event) -> None:
+    samples = []
+    while True:
+        samples.append(os.getloadavg()[0])
+        path.write_text(json.dumps({"load1": samples}))
+        if stop.wait(30):
+            return
+
+
+def run_one(name: str, runs: Path) -> None:
+    """One of the three runs into ``runs/name``, with the 1-minute load average sampled every 30 s beside it."""
+    from erl_agents.trainer import Trainer
+    from erl_agents.train import main as erl_train
+
+    if name not in RUNS:
+        raise ValueError(f"unknown run {name!r}; choose one of {list(RUNS)}")
+    folder = runs / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(folder / "load.json", stop), daemon=True)
+    sampler.start()
+    try:
+        if name == "main":
+            if erl_train(MAIN_ARGS + ["--output", str(folder), "--no-progress"]) != 0:
+                raise RuntimeError("the main job failed")
+        else:
+            Trainer(ci_check_config(name.removeprefix("ci_"), str(folder))).train()
+    finally:
+        stop.set()
+        sampler.join()
+
+
+def collect(runs: Path, data: Path = DATA) -> None:
+    """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json."""
+    for name in RUNS:
+        source, target = runs / name, data / name
+        target.mkdir(parents=True, exist_ok=True)
+        config = json.loads((source / "config.json").read_text())
+        config["output"] = f"runs/{name}"
+        (target / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        shutil.copyfile(source / "metrics.jsonl", target / "metrics.jsonl")
+        if (source / "load.json").exists():
+            shutil.copyfile(source / "load.json", target / "load.json")
+
+
+def _read(folder: Path) -> tuple[dict, list[dict], list[float]]:
+    config = json.loads((folder / "config.json").read_text())
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    load = json.loads((folder / "load.json").read_text())["load1"] if (folder / "load.json").exists() else []
+    return config, rows, load
+
+
+def _evals(rows: list[dict]) -> list[tuple[int, int, int]]:
+    """(step, successes, episodes) of every held-out evaluation."""
+    return [(r["step"], round(r["eval/success"] * r["eval/episodes"]), int(r["eval/episodes"]))
+            for r in rows if "eval/success" in r]
+
+
+def _load_words(load: list[float]) -> str:
+    return f"load average {min(load):.1f}-{max(load):.1f}" if load else "load not recorded"
+
+
+def to_markdown(data: Path = DATA) -> str:
+    lines = ["# The main job and the CI learning check: the tiny model on FrozenLake sizes 2-4", "",
+             "Generated by `python benchmarks/learning/bench_main_job.py` from the runs' config.json, metrics.jsonl "
+             "and load.json in [main_job/](main_job/). Held-out: first attempts on seeded instances that training "
+             "never draws (`eval_set=seeded`), 95% Wilson intervals in brackets.", ""]
+    if (data / "main").exists():
+        config, rows, load = _read(data / "main")
+        evals = _evals(rows)
+        steps = max((r["step"] for r in rows), default=0)
+        last = rows[-1]
+        lines += [
+            "## The main job", "",
+            f"`erl-train {' '.join(MAIN_ARGS)}` (seed {config['seed']}): {config['algo'].upper()}, the reflection "
+            f"written by {REFLECTORS.get(config['reflector'], config['reflector'])}; the preset stops after "
+            f"{config['time_limit_min']:g} minutes of training. This run: {steps} steps, "
+            f"{last.get('time/training', 0) / 60:.1f} training minutes, {last.get('time/elapsed', 0) / 60:.1f} wall "
+            f"minutes, torch threads {config['threads'] or 'all cores'}, {_load_words(load)} while it ran "
+            f"({os.cpu_count()} CPUs here).", "",
+            "| step | held-out success |", "|---|---|",
+            *[f"| {step} | {rate(k, n)} |" for step, k, n in evals], ""]
+    ci = [name for name in ("ci_rlvr", "ci_erl") if (data / name).exists()]
+    if ci:
+        lines += ["## The CI learning check (`test_tiny_model_improves_on_small_frozen_lake`)", "",
+                  f"{CI_CHECK['steps']} cpu-tiny steps per algorithm, held-out evaluation every "
+                  f"{CI_CHECK['eval_every']} steps on {CI_CHECK['eval_tasks']} instances x {CI_CHECK['eval_samples']} "
+                  "samples. Step-based: the same numbers on any CPU for the same seed. The bar: a later evaluation "
+                  "at least 0.5 and 0.1 above step 0.", "",
+                  "| algo | " + " | ".join(f"step {step}" for step, _, _ in _evals(_read(data / ci[0])[1]))
+                  + " | passes the bar |", "|---|" + "---|" * (len(_evals(_read(data / ci[0])[1])) + 1)]
+        for name in ci:
+            config, rows, load = _read(data / name)
+            evals = _evals(rows)
+            passed = ci_check_passes([k / n for _, k, n in evals])
+            lines.append(f"| {config['algo']} | " + " | ".join(rate(k, n) for _, k, n in evals)
+                         + f" | {'yes' if passed else 'no'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, default=None, help="run the three jobs into this folder, then collect")
+    parser.add_argument("--only", choices=RUNS, default=None, help="with --run: only this run, and no report")
+    parser.add_argument("--collect", type=Path, default=None, help="copy finished runs from this folder")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "main_job.md")
+    args = parser.parse_args(argv)
+    if args.run is not None:
+        started = time.perf_counter()
+        for name in [args.only] if args.only else RUNS:
+            run_one(name, args.run)
+        print(f"ran in {(time.perf_counter() - started) / 60:.1f} minutes")
+        if args.only:
+            return 0
+    source = args.run or args.collect
+    if source is not None:
+        collect(source, args.data)
+    report = to_markdown(args.data)
+    print(report)
+    write_keeping_analysis(args.output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
