@@ -60,16 +60,51 @@ def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
     failed = Episode(task=0, index=1, trajectories=[first, _trajectory("attempt2", second.tokens, second.mask,
                      second.prompt_len, second.system_prompt, 0.0)], initial_system_prompt="initial prompt")
 
+    second.constraints = [-1] * len(opening2) + [3, 4, 5] + [-1] * len(chat.user_turn("next")) + [6, 7]
     (copy,) = consolidation_copies(policy, [episode, failed], "imitation")
     assert copy.role == "distilled" and copy.reward == 1.0 and copy.system_prompt == "initial prompt"
     assert copy.tokens == opening1 + body and copy.mask == [0] * len(opening1) + body_mask
-    assert copy.logprobs[len(opening1):] == second.logprobs[len(opening2):]
+    # The opening is the env's text: no sampling log-prob (0.0) and no constraint set (-1), as in every trajectory.
+    assert copy.logprobs == [0.0] * len(opening1) + second.logprobs[len(opening2):]
+    assert copy.constraints == [-1] * len(opening1) + second.constraints[len(opening2):]
+    assert copy.prompt_len == len(opening1) and copy.success and not copy.overflowed
 
     (student,) = consolidation_copies(policy, [episode, failed], "reverse_kl")
     assert student.tokens == first.tokens and student.teacher_tokens == opening2 + body
     assert student.teacher_offset == len(opening2) - len(opening1)
     with pytest.raises(ValueError, match="unknown consolidation mode"):
         consolidation_copies(policy, [episode], "sft")
+
+
+def test_consolidation_copies_cut_at_max_seq_len_keep_the_teacher_aligned_and_the_retrys_flags(policy):
+    chat = policy.chat
+    opening1, opening2 = chat.open("initial prompt", "obs"), chat.open("a much longer reflected rulebook prompt", "obs")
+    body = [40, 41, 42, 43, 44, 45, chat.end_of_turn_id]
+    first = _trajectory("attempt1", opening1 + body, [0] * len(opening1) + [1] * len(body), len(opening1),
+                        "initial prompt", 0.0)
+    second = _trajectory("attempt2", opening2 + body, [0] * len(opening2) + [1] * len(body), len(opening2),
+                         "a much longer reflected rulebook prompt", 0.5)
+    second.overflowed = True
+    episode = Episode(task=0, index=0, trajectories=[first, second], initial_system_prompt="initial prompt")
+    cut = len(opening1) + 3
+
+    (copy,) = consolidation_copies(policy, [episode], "imitation", max_seq_len=cut)
+    assert copy.tokens == opening1 + body[:3] and len(copy.mask) == len(copy.logprobs) == len(copy.constraints) == cut
+    # The copy is the retry's: its reward, its success (a partial score is not one) and its overflow flag.
+    assert (copy.reward, copy.success, copy.overflowed) == (0.5, False, True)
+
+    (student,) = consolidation_copies(policy, [episode], "reverse_kl", max_seq_len=cut)
+    assert student.tokens == opening1 + body[:3]
+    # Every kept student token has its teacher token at the same place in the reflected context.
+    for i in range(len(opening1), cut):
+        assert student.teacher_tokens[i + student.teacher_offset] == student.tokens[i]
+
+    # The default cut is the trainer's default max_seq_len.
+    long_body = list(range(40, 50)) * 900
+    second.tokens, second.mask = opening2 + long_body, [0] * len(opening2) + [1] * len(long_body)
+    second.logprobs, second.constraints = [0.0] * len(second.tokens), [-1] * len(second.tokens)
+    (copy,) = consolidation_copies(policy, [episode])
+    assert len(copy.tokens) == TrainConfig().max_seq_len
 
 
 # ------------------------------------------------------------------------------------ advantages per (task, role)
@@ -134,6 +169,13 @@ def test_assign_advantages_groups_per_task_and_role_and_distils_with_max_r2():
     assert got[(0, "attempt1")][0] == pytest.approx(1.3055824, abs=1e-5)
 
 
+def test_assign_advantages_ranks_rewards_at_the_precision_they_were_given():
+    # float32 cannot tell 1e8 from 1e8 + 1: rewards grouped in float32 would tie (advantages 0), as Python floats not.
+    rows = _rows([(0, "attempt1", 1e8), (0, "attempt1", 1e8 + 1)])
+    assign_advantages(rows, TrainConfig())
+    assert [t.advantage for t in rows] == pytest.approx([-0.5 ** 0.5, 0.5 ** 0.5], abs=1e-5)
+
+
 def test_assign_advantages_options_and_reverse_kl_copies():
     rows = _rows(STEP)
     assign_advantages(rows, TrainConfig(single_member="zero", advantage="dr_grpo"))
@@ -166,7 +208,7 @@ def test_consolidation_copies_only_for_retries_that_scored_and_keep_their_reward
         episodes.append(Episode(task=index % 2, index=index, trajectories=trajectories,
                                 initial_system_prompt="initial prompt"))
     copies = consolidation_copies(policy, episodes)
-    assert [(c.episode, c.task, c.reward) for c in copies] == [(0, 0, 0.5), (4, 0, 1.0)]
+    assert [(c.episode, c.task, c.reward, c.success) for c in copies] == [(0, 0, 0.5, False), (4, 0, 1.0, True)]
     for copy in copies:
         assert copy.system_prompt == "initial prompt" and copy.first_observation == "obs"
         assert copy.tokens == chat.open("initial prompt", "obs") + [41, chat.end_of_turn_id]

@@ -193,8 +193,8 @@ def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch)
 
     fast = play(ConstraintTable())
 
-    def reference(policy, contexts, sampling, valid_actions=None, table=None, prefixes=None):
-        assert prefixes is None
+    def reference(policy, contexts, sampling, valid_actions=None, table=None, prefixes=None, stop_string=""):
+        assert prefixes is None and not stop_string
         return [rollout.Reply(ids, lp, cs, done)
                 for ids, lp, cs, done in _reference_generate_replies(policy, contexts, sampling, valid_actions, table)]
 
