@@ -30,6 +30,17 @@ def rate(successes: int, n: int) -> str:
     return f"{successes}/{n} = {successes / n:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def difference(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]:
+    """The difference of two rates, k1/n1 - k2/n2, with its 95% interval by Newcombe's hybrid score method (each
+    rate's Wilson interval combined): sound for small counts and rates near 0 or 1, where a normal interval is not."""
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan"), float("nan")
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    d = p1 - p2
+    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
 def write_keeping_analysis(path: Path, generated: str) -> None:
     """Write ``generated`` to ``path``, keeping whatever the old file had below ``ANALYSIS_MARKER``."""
     old = path.read_text() if path.exists() else ""

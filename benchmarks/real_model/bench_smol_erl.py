@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.reporting import rate, write_keeping_analysis  # noqa: E402
+from benchmarks.reporting import difference, rate, write_keeping_analysis  # noqa: E402
 
 ARMS = ("rlvr", "erl_own", "erl_warmup", "erl_teacher")
 ARM_NAMES = {
@@ -146,6 +146,8 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
         "evals": evals,
         "final_eval": evals[-1] if evals and evals[-1][0] > 0 else None,
         "start_eval": evals[0] if evals and evals[0][0] == 0 else None,
+        "step_seconds": [r["time/step"] for r in steps if "time/step" in r],
+        "eval_seconds": [r["time/eval"] for r in rows if "time/eval" in r],
         "sizes": config.get("env_kwargs", {}).get("size"),
         "exclude": config.get("env_kwargs", {}).get("exclude"),
         "min_path": config.get("env_kwargs", {}).get("min_path", 0),
@@ -153,6 +155,15 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the report
+
+
+def _median(runs: dict[int, dict], key: str) -> float:
+    values = sorted(v for s in runs.values() for v in s[key])
+    return values[len(values) // 2] if values else float("nan")
+
+
+def _median_all(summaries: dict[str, dict[int, dict]], key: str) -> float:
+    return _median({i: s for i, s in enumerate(s for runs in summaries.values() for s in runs.values())}, key)
 
 
 def fmt(value, digits: int = 2) -> str:
@@ -198,6 +209,18 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
                              for s in runs.values())
         lines.append(f"| {ARM_NAMES[arm]} | {len(runs)} | {stops} | {steps} | {sampled} ({budget:,}) | {trained} | "
                      f"{rate(k, n) if n else 'n/a'} | {per_seed} |")
+    base = pooled(list(summaries["rlvr"].values()), "final_eval") if "rlvr" in summaries else (0, 0)
+    if base[1]:
+        parts = []
+        for arm in ordered[1:] if ordered[0] == "rlvr" else ordered:
+            k, n = pooled(list(summaries[arm].values()), "final_eval")
+            if n:
+                d, low, high = difference(k, n, *base)
+                parts.append(f"{ARM_NAMES[arm]} {d:+.2f} [{low:+.2f}, {high:+.2f}]")
+        if parts:
+            lines += ["", "Held-out success at the end minus RLVR's, pooled over seeds (95% interval, Newcombe's "
+                      "hybrid score method; an interval holding 0 shows no difference at this sample size): "
+                      + "; ".join(parts) + "."]
     lines += ["", "Training rollouts, pooled over seeds and steps (weighted by what each step counted): first-attempt "
               "success r1; on the episodes that were retried, r1 and r2 of the same episodes and the lift r2 - r1; "
               "how many of the policy's reflections held a usable `<prompt>` block (over all steps, and over the "
@@ -232,6 +255,11 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
                               f"{s['warmup_steps']} steps ({s['sampled_warmup']:,.0f} sampled tokens, "
                               f"{s['trained_warmup']:,.0f} trained)"
                               for seed, s in sorted(warm.items()) if s["warmup_nll"]) + "."]
+    lines += ["", "Seconds per training step (median over the arm's steps and seeds; one torch thread, the load "
+              "above): " + "; ".join(f"{ARM_NAMES[arm]} {_median(summaries[arm], 'step_seconds'):.0f}"
+                                     for arm in ordered)
+              + f". Seconds per held-out evaluation ({any_run['evals'][0][3] if any_run['evals'] else 0} episodes, "
+              f"median over all runs): {_median_all(summaries, 'eval_seconds'):.0f}."]
     lines += ["", "Wall time per run (minutes, evaluations included): " + "; ".join(
         f"{ARM_NAMES[arm]} " + ", ".join(f"{s['minutes']:.0f}" for s in summaries[arm].values()) for arm in ordered)
         + "."]

@@ -2,6 +2,7 @@
 (bench_smol_erl.py). The model here is the tiny one; the measurements themselves need SmolLM2 and an hour."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,16 @@ from benchmarks.real_model import bench_reflection_lift as lift
 from benchmarks.real_model import bench_smol_erl as smol_erl
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_rate_difference_interval_is_newcombes():
+    # Newcombe (1998), Statistics in Medicine 17:873, Table II, example (a): 56/70 - 48/80 = 0.2000 [0.0524, 0.3339].
+    d, low, high = reporting.difference(56, 70, 48, 80)
+    assert (d, low, high) == pytest.approx((0.2, 0.0524, 0.3339), abs=5e-4)
+    # Equal rates: an interval around 0 that is symmetric; no tasks: no number.
+    d, low, high = reporting.difference(5, 10, 5, 10)
+    assert d == 0 and low == pytest.approx(-high)
+    assert all(math.isnan(x) for x in reporting.difference(0, 0, 1, 2))
 
 
 def test_wilson_interval_matches_hand_computed_values():
@@ -114,7 +125,7 @@ class LiftScript:
             solves = task == 0
         elif conversation.system.startswith("OWN\n"):
             solves = task in (1, 2)
-        elif "<game_rules>" in conversation.system:
+        elif "a move off the board does nothing" in conversation.system:  # the brief RuleReflector's rulebook
             solves = task in (1, 3)
         elif NO_REFLECTION_NOTE in conversation.system:
             solves = task == 4
