@@ -1,6 +1,7 @@
 """The two real-model benchmarks' harness: reflection lift (bench_reflection_lift.py) and the ERL/RLVR report
 (bench_smol_erl.py). The model here is the tiny one; the measurements themselves need SmolLM2 and an hour."""
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -145,7 +146,7 @@ def test_reflection_lift_counts_usable_reflections_and_each_conditions_retries(t
     tasks = lift.load_tasks("frozenlake", 5, max_size=3)
     env = make_env("ERL-FrozenLake-v0", {})
     first = [env.reset(seed=seed, options=options)[0] for seed, options in tasks]
-    policy = Policy(tiny_policy.model, tiny_policy.tokenizer)
+    policy = Policy(copy.deepcopy(tiny_policy.model), tiny_policy.tokenizer)  # scripted: not the shared model
     script(policy, LiftScript(first, instructions_of(env), settings["reflection_instructions"]))
     result = lift.measure_game(policy, "frozenlake", 5, constrained=False, batch=5, settings=settings, seed=0,
                                max_size=3)
@@ -254,7 +255,9 @@ def test_smol_erl_report_pools_seeds_per_arm_from_the_copied_runs(tmp_path):
     assert "seed 0: 2.00 -> 1.00 over 2 steps" in text
     assert "Not finished" in text and "ERL, own reflections seed 0" in text
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+    # Held-out success minus RLVR's, pooled: 16/74 - 21/74 (Newcombe's interval, tested in reporting's test).
+    assert "ERL after reflection warm-up -0.07 [" in text
     # Rewriting from the copies alone gives the same report.
-    again = tmp_path / "again.md"
+    again = tmp_path / "again" / "smol_erl.md"
     assert smol_erl.main(["--data", str(data), "--output", str(again)]) == 0
     assert again.read_text() == text
