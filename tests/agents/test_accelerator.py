@@ -91,7 +91,7 @@ def test_a_loaded_model_trained_in_bfloat16_keeps_fp32_weights_and_moments(tmp_p
                       "--output", str(tmp_path / "bf16")])
     assert code == 0
     folder = tmp_path / "bf16" / "checkpoints"
-    states = [ckpt.load_checkpoint(folder / f"step_{step:06d}.pt") for step in (1, 2)]
+    states = [ckpt.load_checkpoint(folder / f"step_{step:06d}{ckpt.SUFFIX}") for step in (1, 2)]
     for state in states:
         assert {t.dtype for t in state["model"].values()} == {FP32}
         moments = [v for s in state["optimizer"]["state"].values() for k, v in s.items() if k != "step"]
