@@ -153,9 +153,11 @@ def to_markdown(data: Path = DATA) -> str:
         for name in ci:
             config, rows, load = _read(data / name)
             evals = _evals(rows)
-            passed = ci_check_passes([k / n for _, k, n in evals])
+            done = max((r["step"] for r in rows), default=0)
+            verdict = ("yes" if ci_check_passes([k / n for _, k, n in evals]) else "no") if done >= CI_CHECK["steps"] \
+                else f"not finished (step {done} of {CI_CHECK['steps']})"
             lines.append(f"| {config['algo']} | " + " | ".join(rate(k, n) for _, k, n in evals)
-                         + f" | {'yes' if passed else 'no'} |")
+                         + " | -" * (len(_evals(_read(data / ci[0])[1])) - len(evals)) + f" | {verdict} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -189,3 +189,29 @@ def test_quick_comparison_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert compare.main(["--quick", "--output", str(tmp_path)]) == 0
     assert capsys.readouterr().out.count("reusing") == len(compare.METHODS)
+
+
+def _main_job_run(folder, algo, evals, last_step, reflector="plan"):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"seed": 0, "algo": algo, "reflector": reflector,
+                                                    "time_limit_min": 8.0, "threads": 0}))
+    rows = [{"step": step, "eval/success": k / 100, "eval/episodes": 100} for step, k in evals]
+    rows.append({"step": last_step, "time/training": 480.0, "time/elapsed": 600.0})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "load.json").write_text(json.dumps({"load1": [1.5, 2.5]}))
+
+
+def test_main_job_report_names_the_reflector_and_an_unfinished_ci_run(tmp_path):
+    from benchmarks.learning import bench_main_job as main_job
+
+    data = tmp_path
+    _main_job_run(data / "main", "erl", [(0, 30), (12, 70)], 12)
+    _main_job_run(data / "ci_rlvr", "rlvr", [(0, 34), (20, 41), (40, 46), (60, 52), (80, 43)], 80)
+    _main_job_run(data / "ci_erl", "erl", [(0, 34), (20, 40)], 25)
+    text = main_job.to_markdown(data)
+    assert "the RuleReflector's plan" in text and "This run: 12 steps, 8.0 training minutes" in text
+    assert "load average 1.5-2.5" in text and "| 12 | 70/100 = 0.70 [" in text
+    # RLVR passes the bar at step 60 (0.52 >= 0.5 and >= 0.34 + 0.1); ERL stopped at step 25 is not judged.
+    assert "| rlvr | 34/100 = 0.34 [" in text and "| yes |" in text
+    assert ("| erl | 34/100 = 0.34 [0.25, 0.44] | 40/100 = 0.40 [0.31, 0.50] | - | - | - | "
+            "not finished (step 25 of 80) |") in text
