@@ -94,7 +94,7 @@ if LOCK_ID not in gym.registry:
     gym.register(LOCK_ID, entry_point=LockEnv)
 
 
-def instruction_follower(folder: str, locks: int = 32, keys: int = 32, seed: int = 0, steps: int = 150,
+def instruction_follower(folder: str, locks: int = 32, keys: int = 32, seed: int = 0, steps: int = 400,
                          batch: int = 64, lr: float = 3e-3, hidden: int = 64, layers: int = 2, heads: int = 2,
                          intermediate: int = 128) -> str:
     """Save into ``folder`` a tiny policy that plays the key its system prompt names, and nothing else.
@@ -121,8 +121,7 @@ def instruction_follower(folder: str, locks: int = 32, keys: int = 32, seed: int
     rng = np.random.default_rng(seed)
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    generator = torch.random.fork_rng(devices=[])
-    with generator:
+    with torch.random.fork_rng(devices=[]):  # the caller's torch stream is left as it was
         torch.manual_seed(seed)
         model.train()
         for _ in range(steps):
