@@ -19,7 +19,7 @@ import string
 import gymnasium as gym
 from gymnasium import spaces
 
-__all__ = ["LockEnv", "secret_key", "privileged_reflector", "LOCK_ID"]
+__all__ = ["LockEnv", "secret_key", "privileged_reflector", "instruction_follower", "LOCK_ID"]
 
 LOCK_ID = "TestLock-v0"
 _TABLE_SEED = 20_260_423  # fixes the secret lock -> key table
