@@ -76,6 +76,22 @@ def test_consolidation_copies_swap_the_system_prompt_tokens(policy):
         consolidation_copies(policy, [episode], "sft")
 
 
+def test_reverse_kl_copies_are_the_first_attempt_not_the_retry(policy):
+    """reverse_kl trains the student on its *own* first attempt (scored under both contexts), imitation on the
+    retry: with two different replies, each mode must pick its own (a surviving mutant used the retry for both)."""
+    chat = policy.chat
+    opening1, opening2 = chat.open("initial prompt", "obs"), chat.open("reflected prompt", "obs")
+    first_body, second_body = [40, 41, chat.end_of_turn_id], [50, 51, 52, chat.end_of_turn_id]
+    first = _trajectory("attempt1", opening1 + first_body, [0] * len(opening1) + [1] * 3, len(opening1),
+                        "initial prompt", 0.0)
+    second = _trajectory("attempt2", opening2 + second_body, [0] * len(opening2) + [1] * 4, len(opening2),
+                         "reflected prompt", 1.0)
+    episode = Episode(task=0, index=0, trajectories=[first, second], initial_system_prompt="initial prompt")
+    (student,) = consolidation_copies(policy, [episode], "reverse_kl")
+    assert student.tokens == opening1 + first_body and student.teacher_tokens == opening2 + first_body
+    (copy,) = consolidation_copies(policy, [episode], "imitation")
+    assert copy.tokens == opening1 + second_body
+
 def test_consolidation_copies_cut_at_max_seq_len_keep_the_teacher_aligned_and_the_retrys_flags(policy):
     chat = policy.chat
     opening1, opening2 = chat.open("initial prompt", "obs"), chat.open("a much longer reflected rulebook prompt", "obs")
