@@ -343,12 +343,12 @@ def plot(data: dict, path: Path) -> None:
             for arm in ARMS:
                 runs = data[setting].get(arm, {})
                 curves = []
-                for _, rows in runs.values():
+                for seed, (_, rows) in runs.items():
                     source = [r for r in rows if key in r and "warmup_step" not in r]
                     if key == "eval/success":
-                        # The untrained policy's evaluation is shared by the arms of a seed (see the report).
-                        start = next((r for rs in (data[setting][a].get(seed, (None, []))[1]
-                                                   for a in ARMS for seed in runs) for r in rs
+                        # The untrained policy's evaluation is shared by the arms of a seed (see the report):
+                        # this seed's step 0, from whichever arm ran it.
+                        start = next((r for a in ARMS for r in data[setting].get(a, {}).get(seed, (None, []))[1]
                                       if r.get("step") == 0 and key in r), None)
                         if start is not None and not any(r.get("step") == 0 for r in source):
                             source = [start] + source
