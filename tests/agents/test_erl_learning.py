@@ -63,14 +63,9 @@ def lock_run(tmp_path, model: str, algo: str = "erl", seed: int = SEED, distill:
         # The privileged reflector (it knows the secret table) in place of the rule reflector the config names.
         for env in trainer.train_envs:
             env.reflector = privileged_reflector(KEYS)
-    if not distill:
-        patch = pytest.MonkeyPatch()
-        patch.setattr(batch_module, "consolidation_copies", lambda *args, **kwargs: [])
-        try:
-            metrics = trainer.train()
-        finally:
-            patch.undo()
-    else:
+    with pytest.MonkeyPatch.context() as patch:
+        if not distill:
+            patch.setattr(batch_module, "consolidation_copies", lambda *args, **kwargs: [])
         metrics = trainer.train()
     return [m["eval/success"] for m in metrics if "eval/success" in m]
 
