@@ -83,6 +83,9 @@ def test_ctrl_c_quits_a_terminal_session():
         [sys.executable, "-m", "erl_envs.play", "ERL-FrozenLake-v0", "--seed", "2"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True,
         env=_without_display(),
+        # A job started in the background by a shell inherits SIGINT ignored, and Python then keeps it ignored:
+        # the child gets the default disposition, as a terminal session has.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         line = ""
