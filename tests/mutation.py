@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the scratch folder and mutmut's results from an earlier run, with the tests copied "
                              "anew; only unchecked mutants and those named with --only are run")
+    parser.add_argument("--nice", type=int, default=10,
+                        help="niceness of the run (default 10: other work on the machine goes first)")
     parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
     parser.add_argument("--list", action="store_true", help="list the targeted modules and their test files")
     args = parser.parse_args(argv)
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     # The scratch copy must be what the tests import: drop path entries pointing at the repository itself.
     env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != ROOT)
-    command = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+    command = ["nice", "-n", str(args.nice), sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
                *args.only]
     print("running", " ".join(command), "in", folder, flush=True)
     code = subprocess.run(command, cwd=folder, env=env).returncode

@@ -304,6 +304,21 @@ def test_paper_rows_are_the_reference_batch_and_erl_rows_the_papers_text(policy)
     assert len(training_rows(policy, episodes, _config("paper"), repeats=1)) == 4 + 3 * 3
 
 
+def test_training_rows_cut_distilled_copies_at_the_runs_max_seq_len(policy):
+    """The run's ``max_seq_len`` reaches the copies in both row modes (not ``consolidation_copies``' own default)."""
+    long_reply = tuple(range(40, 60))
+    episodes = [_episode(policy, 0, 0, 0.0, 1.0)]
+    episodes[0].trajectories[-1] = _conversation(policy, "attempt2", 0, 0, "a reflected rulebook", 1.0,
+                                                 reply=long_reply)
+    opening = policy.chat.open("initial prompt", "board")
+    cut = len(opening) + 5
+    for rows in ("erl", "paper"):
+        (copy,) = [t for t in training_rows(policy, episodes, _config(rows, max_seq_len=cut)) if t.role == "distilled"]
+        assert copy.tokens == opening + list(long_reply[:5]), rows
+        (whole,) = [t for t in training_rows(policy, episodes, _config(rows)) if t.role == "distilled"]
+        assert len(whole.tokens) == len(opening) + len(long_reply) + 1, rows
+
+
 def test_duplicated_reflections_change_advantages_in_23_of_30_binary_patterns(policy):
     """Every pattern of binary retry rewards for 1 to 4 failed first attempts of a task (2 + 4 + 8 + 16 = 30): the
     reflections' advantages differ between the two batches in 23 of them. A lone failed attempt whose retry
