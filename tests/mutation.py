@@ -52,7 +52,7 @@ TARGETS = {
     "erl_envs/reflection/reflectors.py": ["tests/envs/reflection/test_reflectors.py"],
 }
 # What the scratch folder needs besides the mutated packages: the tests and their helpers.
-COPIED = ("erl_envs", "erl_agents", "tests", "benchmarks", "setup.cfg")
+COPIED = ("erl_envs", "erl_agents", "tests", "benchmarks", "examples", "setup.cfg")
 
 
 def scratch_folder(module: str) -> Path:
@@ -81,6 +81,8 @@ def prepare(module: str, folder: Path, fresh: bool) -> None:
         "only_mutate": f"\n{module}",
         "pytest_add_cli_args_test_selection": "\n" + "\n".join(TARGETS[module]),
         "pytest_add_cli_args": "\n-p\nno:cacheprovider",
+        # Tests that run an example script or read a benchmark's helpers find them beside the mutated packages.
+        "also_copy": "\nexamples\nbenchmarks",
         # torch is not fork-safe once its thread pool runs: mutants fork from a server that never ran a test.
         "process_isolation": "forkserver",
         "timeout_multiplier": "15",
