@@ -109,8 +109,9 @@ def summary_table(metrics: Sequence[dict], run_dir: str | os.PathLike | None = N
     trained = [m for m in metrics if m.get("step", 0) > 0]
     lines = ["| metric | value |", "|---|---|"]
     if evals:
-        lines.append(f"| held-out success, step {evals[0]['step']} | {evals[0]['eval/success']:.3f} |")
-        lines.append(f"| held-out success, step {evals[-1]['step']} | {evals[-1]['eval/success']:.3f} |")
+        # First and last; one row when the run evaluated once (e.g. an ERL run started with --no-eval-at-start).
+        for m in (evals[0], evals[-1]) if len(evals) > 1 else evals:
+            lines.append(f"| held-out success, step {m['step']} | {m['eval/success']:.3f} |")
         best = max(evals, key=lambda m: m["eval/success"])
         lines.append(f"| best held-out success (step {best['step']}) | {best['eval/success']:.3f} |")
     if trained:

@@ -76,6 +76,10 @@ def test_summary_table_lists_eval_and_times():
                                                "time/update": 1.0, "time/elapsed": 3.0, "eval/success": 0.6}]
     table = summary_table(rows)
     assert "0.300" in table and "0.600" in table and "time in generation | 2.0 s" in table
+    assert "| held-out success, step 0 | 0.300 |" in table and "| held-out success, step 1 | 0.600 |" in table
+    # A run that evaluated once shows that evaluation once.
+    once = summary_table([dict(rows[1], step=8)])
+    assert once.count("| held-out success, step 8 | 0.600 |") == 1
 
 
 def test_summary_table_names_the_curves_and_drops_the_redundant_lift_row():

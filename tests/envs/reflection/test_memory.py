@@ -310,3 +310,197 @@ def test_wrappers_with_pool_handles_write_only_their_episodes_slot():
         *_, info = env.step(move)
     assert info["record"]["memory_updated"] is True
     assert pool.slot_prompt(0) is not None and pool.slot_prompt(1) is None
+
+
+# ----------------------------------------------------------------------------- what mutation testing found unpinned
+
+
+def _bm25(query, docs, k1=1.5, b=0.75):
+    """Okapi BM25 with the "+1" IDF, written out term by term from its definition (Robertson & Zaragoza 2009)."""
+    import math
+
+    n = len(docs)
+    avg = sum(len(d) for d in docs) / n or 1.0
+    scores = []
+    for doc in docs:
+        score = 0.0
+        for term in set(query):
+            f = doc.count(term)
+            if f == 0:
+                continue
+            df = sum(term in d for d in docs)
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            score += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * len(doc) / avg))
+        scores.append(score)
+    return scores
+
+
+@pytest.mark.parametrize("k1, b", [(1.5, 0.75), (1.2, 0.3), (0.0, 0.0), (2.0, 1.0)])
+def test_retrieval_scores_are_okapi_bm25(k1, b):
+    tasks = ["red fish blue fish", "one fish two fish red fish fish", "a cat", "red red red cat in a hat"]
+    memory = RetrievalMemory(k1=k1, b=b)
+    for i, task in enumerate(tasks):
+        memory.update(f"rules {i}", task_text=task)
+    docs = [task.split() for task in tasks]
+    for query in (["red", "fish"], ["cat", "hat", "zebra"], ["fish"], ["zebra"]):
+        assert memory._scores(query) == pytest.approx(_bm25(query, docs, k1, b), rel=1e-12, abs=1e-15)
+    # Words are compared case-insensitively: the query and the stored task text both lower-cased.
+    assert memory.get("CAT HAT") == "rules 3"
+
+
+def test_retrieval_defaults_and_parameter_bounds():
+    memory = RetrievalMemory()
+    assert (memory.capacity, memory.min_score, memory.fallback_to_latest, memory.k1, memory.b) == (64, 0.0, True, 1.5,
+                                                                                                  0.75)
+    for k1, b in ((0.0, 0.0), (3.0, 1.0)):
+        assert (RetrievalMemory(k1=k1, b=b).k1, RetrievalMemory(k1=k1, b=b).b) == (k1, b)
+    for bad in (dict(k1=-0.1), dict(b=-0.01), dict(b=1.01)):
+        with pytest.raises(ValueError, match="BM25 needs k1 >= 0 and 0 <= b <= 1"):
+            RetrievalMemory(**bad)
+    for bad in (True, 1.0, "2", -3):
+        with pytest.raises(ValueError, match="capacity must be a positive int"):
+            RetrievalMemory(capacity=bad)
+
+
+def test_retrieval_clock_hits_and_overwrites():
+    memory = RetrievalMemory(capacity=2)
+    memory.update("first", task_text="alpha")
+    memory.update("second", task_text="beta")
+    assert [(e["stored"], e["used"], e["hits"]) for e in memory.entries] == [(1, 1, 0), (2, 2, 0)]
+    assert memory.get("alpha") == "first" and memory.get("alpha") == "first"
+    assert [(e["used"], e["hits"]) for e in memory.entries] == [(4, 2), (2, 0)]
+    # Overwriting a task refreshes both its stored and used clocks, so it is the newest entry and evicted last.
+    memory.update("second, better", task_text="beta")
+    assert [(e["prompt"], e["stored"], e["used"]) for e in memory.entries] == [("first", 1, 4),
+                                                                               ("second, better", 5, 5)]
+    memory.update("third", task_text="gamma")
+    assert [e["prompt"] for e in memory.entries] == ["second, better", "third"]
+    # Updates without a task text share one entry filed under the empty text.
+    untitled = RetrievalMemory()
+    untitled.update("one")
+    untitled.update("two")
+    assert [(e["prompt"], e["task_text"]) for e in untitled.entries] == [("two", "")]
+
+
+def test_retrieval_round_trip_keeps_every_field_and_missing_ones_take_the_defaults():
+    memory = RetrievalMemory(capacity=3, min_score=0.25, fallback_to_latest=False, k1=0.9, b=0.4)
+    memory.update("rules", task_text="red fish")
+    memory.get("red")
+    data = memory.to_dict()
+    assert {key: data[key] for key in ("capacity", "min_score", "fallback_to_latest", "k1", "b", "clock")} == dict(
+        capacity=3, min_score=0.25, fallback_to_latest=False, k1=0.9, b=0.4, clock=2)
+    again = RetrievalMemory.from_dict(json.loads(json.dumps(data)))
+    assert again.to_dict() == data and again.get("blue") is None  # fallback off survives the trip
+    assert again._scores(["red"]) == memory._scores(["red"])  # the task's tokens were rebuilt
+    bare = RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 5})
+    assert (bare.min_score, bare.fallback_to_latest, bare.k1, bare.b, bare._clock, len(bare)) == (0.0, True, 1.5,
+                                                                                                 0.75, 0, 0)
+    bare.update("x", task_text="t")
+    assert bare.entries[0]["stored"] == 1
+    # Without a saved clock, the clock resumes after the newest entry's use; hits default to 0.
+    entry = {"prompt": "p", "task_text": "t", "stored": 3, "used": 7}
+    resumed = RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 2, "entries": [entry]})
+    assert resumed._clock == 7 and resumed.entries[0]["hits"] == 0
+    with pytest.raises(ValueError, match="memory data 'entries' must be a list"):
+        RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 2, "entries": {}})
+    with pytest.raises(ValueError, match="entries 0 and 1 are both for the task text 't'"):
+        RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 2, "entries": [entry, entry]})
+
+
+def test_slot_keeps_its_task_text_and_update_count_through_a_round_trip():
+    memory = ReflectionMemory()
+    assert memory.to_dict()["task_text"] is None
+    memory.update("rules", task_text="the board")
+    memory.update("rules again", task_text="the board")
+    data = memory.to_dict()
+    assert (data["task_text"], data["updates"]) == ("the board", 2)
+    assert ReflectionMemory.from_dict(data).to_dict() == data
+    assert ReflectionMemory.from_dict({"kind": "ReflectionMemory", "version": 1}).updates == 0
+    memory.clear()
+    assert memory.to_dict()["task_text"] is None and memory.get() is None
+    with pytest.raises(TypeError, match="task_text must be a str or None, got int"):
+        memory.get(task_text=3)
+
+
+def test_memory_data_errors_name_the_problem(tmp_path):
+    from erl_envs.reflection.memory import memory_from_dict
+
+    with pytest.raises(TypeError, match="memory data must be a dict, got list"):
+        ReflectionMemory.from_dict([])
+    with pytest.raises(ValueError, match="unsupported memory format version 99"):
+        ReflectionMemory.from_dict({"kind": "ReflectionMemory", "version": 99})
+    with pytest.raises(ValueError, match=r"not memory data: unknown kind None \(known: \['PoolMemory', "):
+        memory_from_dict(["not", "a", "dict"])
+    with pytest.raises(ValueError, match="a memory prompt must not be empty"):
+        ReflectionMemory("   ")
+    path = tmp_path / "memory.json"
+    path.write_text(json.dumps({"kind": "RetrievalMemory", "version": 1}))
+    with pytest.raises(ValueError, match=r"memory.json' is not a valid memory file: the field 'capacity' is missing"):
+        load_memory(path)
+    path.write_text(json.dumps("a string"))
+    with pytest.raises(ValueError, match="expected a JSON object, got str"):
+        load_memory(path)
+
+
+def test_saved_memory_is_readable_utf8_written_beside_the_target(tmp_path, monkeypatch):
+    """Non-ASCII text is stored as itself, a lone surrogate in a task text is made safe before it is stored, and
+    the temporary file is written in the target's own folder (so the final rename never crosses file systems)."""
+    import erl_envs.reflection.memory as memory_module
+
+    memory = ReflectionMemory()
+    memory.update("r\u00e8gles \u2192 droite", task_text="plateau \ud800")
+    seen = []
+    real_dump = memory_module.json.dump
+
+    def spying_dump(data, handle, **kwargs):
+        seen.extend(p.name for p in tmp_path.iterdir())
+        return real_dump(data, handle, **kwargs)
+
+    monkeypatch.setattr(memory_module.json, "dump", spying_dump)
+    memory.save(tmp_path / "memory.json")
+    assert len(seen) == 1 and seen[0].startswith(".memory-") and seen[0].endswith(".json")
+    text = (tmp_path / "memory.json").read_text(encoding="utf-8")
+    assert "r\u00e8gles \u2192 droite" in text and "\\u" not in text
+    assert load_memory(tmp_path / "memory.json").to_dict()["task_text"] == "plateau ?"
+
+
+def test_pool_defaults_bounds_and_handles_before_their_first_episode():
+    from erl_envs.reflection.memory import PoolMemory
+
+    assert PoolMemory().slots == 1024 and PoolMemory(1).slots == 1
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="slots must be a positive int"):
+            PoolMemory(bad)
+    pool = PoolMemory(slots=3)
+    assert pool.get() is None
+    pool.update("on slot 0")
+    assert pool.slot_prompt(0) == "on slot 0" and pool.updates == 1
+    pool.store(2, "on slot 2")
+    assert pool.updates == 2 and len(pool) == 2
+    handle = pool.handle()
+    assert handle.slot is None and handle.get() is None
+    with pytest.raises(RuntimeError, match=r"this pool handle has no episode: start_episode\(\) assigns one "
+                                           r"\(ReflectionWrapper calls it at reset\)"):
+        handle.update("too early")
+    handle.start_episode()
+    with pytest.raises(TypeError, match="task_text"):
+        handle.get(task_text=1)
+    with pytest.raises(TypeError, match="task_text"):
+        handle.update("rules", task_text=1)
+
+
+def test_pool_data_bounds_are_exact_and_missing_cursors_start_at_zero():
+    from erl_envs.reflection.memory import PoolMemory
+
+    base = {"kind": "PoolMemory", "version": 1, "slots": 3}
+    bare = PoolMemory.from_dict(base)
+    assert (bare._next, bare._current, bare.updates) == (0, 0, 0)
+    edge = PoolMemory.from_dict(dict(base, prompts={"0": "a", "2": "c"}, next=2, current=0))
+    assert (edge.slot_prompt(0), edge.slot_prompt(2), edge.next_slot) == ("a", "c", 2)
+    with pytest.raises(ValueError, match=r"memory slot 3 is outside 0\.\.2"):
+        PoolMemory.from_dict(dict(base, prompts={"3": "x"}))
+    for name in ("next", "current"):
+        with pytest.raises(ValueError, match=rf"memory field '{name}' = 3 is outside 0\.\.2"):
+            PoolMemory.from_dict(dict(base, **{name: 3}))
+    with pytest.raises(ValueError, match="memory data 'prompts' must be an object of slot number -> prompt"):
+        PoolMemory.from_dict(dict(base, prompts=["x"]))
