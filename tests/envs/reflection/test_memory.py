@@ -401,6 +401,9 @@ def test_retrieval_round_trip_keeps_every_field_and_missing_ones_take_the_defaul
     entry = {"prompt": "p", "task_text": "t", "stored": 3, "used": 7}
     resumed = RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 2, "entries": [entry]})
     assert resumed._clock == 7 and resumed.entries[0]["hits"] == 0
+    # A cleared memory keeps its clock through a save, so entries stored after it still rank after older uses.
+    memory.clear()
+    assert RetrievalMemory.from_dict(memory.to_dict()).to_dict() == memory.to_dict() and memory.to_dict()["clock"] == 2
     with pytest.raises(ValueError, match="memory data 'entries' must be a list"):
         RetrievalMemory.from_dict({"kind": "RetrievalMemory", "version": 1, "capacity": 2, "entries": {}})
     with pytest.raises(ValueError, match="entries 0 and 1 are both for the task text 't'"):
@@ -416,8 +419,10 @@ def test_slot_keeps_its_task_text_and_update_count_through_a_round_trip():
     assert (data["task_text"], data["updates"]) == ("the board", 2)
     assert ReflectionMemory.from_dict(data).to_dict() == data
     assert ReflectionMemory.from_dict({"kind": "ReflectionMemory", "version": 1}).updates == 0
+    assert repr(memory) == "ReflectionMemory(11 chars, updates=2)"
     memory.clear()
     assert memory.to_dict()["task_text"] is None and memory.get() is None
+    assert repr(memory) == "ReflectionMemory(empty, updates=2)"
     with pytest.raises(TypeError, match="task_text must be a str or None, got int"):
         memory.get(task_text=3)
 
@@ -477,6 +482,13 @@ def test_pool_defaults_bounds_and_handles_before_their_first_episode():
     assert pool.slot_prompt(0) == "on slot 0" and pool.updates == 1
     pool.store(2, "on slot 2")
     assert pool.updates == 2 and len(pool) == 2
+    assert repr(pool) == "PoolMemory(2 of 3 slots filled, updates=2)"
+    pool.clear()
+    assert len(pool) == 0 and pool.get() is None and pool.slot_prompt(2) is None
+    with pytest.raises(TypeError, match="task_text"):
+        pool.update("rules", task_text=1)
+    with pytest.raises(TypeError, match="task_text"):
+        pool.get(task_text=1)
     handle = pool.handle()
     assert handle.slot is None and handle.get() is None
     with pytest.raises(RuntimeError, match=r"this pool handle has no episode: start_episode\(\) assigns one "
