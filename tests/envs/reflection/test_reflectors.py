@@ -514,3 +514,106 @@ def test_brief_detail_says_where_the_agent_fell():
     request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Up```"] * 2, options={"map": ["SF", "HG"], "max_steps": 2})
     prompt, _ = extract_prompt(RuleReflector(detail="brief")(request))
     assert "Last time: Hit the max step limit before reaching the goal." in prompt
+
+
+class _RecordingTokenizer:
+    """The tiny tokenizer behind a recorder: what HFReflector asks of a tokenizer, and with which options."""
+
+    def __init__(self, inner, chat_template=None, pad_token_id="inner"):
+        self.inner, self.chat_template, self.calls = inner, chat_template, []
+        self.pad_token_id = inner.pad_token_id if pad_token_id == "inner" else pad_token_id
+        self.eos_token_id = inner.eos_token_id
+
+    def __call__(self, text, **kwargs):
+        self.calls.append(("encode", text, kwargs))
+        return self.inner(text, **kwargs)
+
+    def apply_chat_template(self, messages, **kwargs):
+        self.calls.append(("template", messages, kwargs))
+        return " ".join(f"<|{m['role']}|> {m['content']}" for m in messages) + " <|assistant|>"
+
+    def decode(self, ids, **kwargs):
+        self.calls.append(("decode", ids.tolist(), kwargs))
+        return self.inner.decode(ids, **kwargs)
+
+
+class _RecordingLM:
+    """A causal LM stand-in: records what ``generate`` was given and answers with fixed token ids."""
+
+    def __init__(self, reply_ids, **config):
+        from types import SimpleNamespace
+
+        self.config, self.reply_ids, self.calls = SimpleNamespace(**config), reply_ids, []
+
+    def generate(self, **kwargs):
+        import torch
+
+        self.calls.append(kwargs)
+        prompt = kwargs["input_ids"]  # the reply follows the prompt's length; its ids are never read back
+        return torch.cat([torch.zeros(prompt.shape, dtype=torch.long), torch.tensor([self.reply_ids])], dim=1)
+
+
+def test_hf_reflector_hands_the_model_the_paper_sampling_and_the_right_prompt(tiny_lm):
+    _, inner = tiny_lm
+    reply = [inner.convert_tokens_to_ids("rules"), inner.eos_token_id]
+    assert HFReflector(None, inner).max_new_tokens == 1024
+    assert (HFReflector(None, inner).temperature, HFReflector(None, inner).top_p) == (0.5, 0.9)
+
+    # No chat template: a plain User/Assistant layout, tokenized with the tokenizer's own special tokens.
+    model, tokenizer = _RecordingLM(reply), _RecordingTokenizer(inner)
+    assert HFReflector(model, tokenizer, max_new_tokens=12)("hole goal") == "rules"  # eos dropped
+    (_, text, options), decode = tokenizer.calls[0], tokenizer.calls[-1]
+    assert text == "User: hole goal\n\nAssistant:" and options == {"return_tensors": "pt", "add_special_tokens": True}
+    assert decode == ("decode", reply, {"skip_special_tokens": True})
+    (call,) = model.calls
+    ids = inner(text, return_tensors="pt")["input_ids"]
+    assert call["input_ids"].tolist() == ids.tolist() and call["attention_mask"].tolist() == [[1] * ids.shape[1]]
+    assert {k: v for k, v in call.items() if k not in ("input_ids", "attention_mask")} == dict(
+        max_new_tokens=12, pad_token_id=inner.pad_token_id, do_sample=True, temperature=0.5, top_p=0.9)
+
+    # A chat template writes the special tokens itself; greedy decoding passes no sampling settings; a tokenizer
+    # without a pad token pads with end-of-sequence.
+    model, tokenizer = _RecordingLM(reply), _RecordingTokenizer(inner, chat_template="any", pad_token_id=None)
+    HFReflector(model, tokenizer, max_new_tokens=4, temperature=0.0)("hole goal")
+    assert tokenizer.calls[0] == ("template", [{"role": "user", "content": "hole goal"}],
+                                  {"tokenize": False, "add_generation_prompt": True})
+    assert tokenizer.calls[1][1] == "<|user|> hole goal <|assistant|>"
+    assert tokenizer.calls[1][2] == {"return_tensors": "pt", "add_special_tokens": False}
+    assert {k: v for k, v in model.calls[0].items() if k not in ("input_ids", "attention_mask")} == dict(
+        max_new_tokens=4, pad_token_id=inner.eos_token_id, do_sample=False)
+
+
+@pytest.mark.parametrize("config, kept", [({"max_position_embeddings": 7}, 3), ({"n_positions": 5}, 1),
+                                          ({"max_position_embeddings": 0, "n_positions": 6}, 2), ({}, None)])
+def test_hf_reflector_keeps_the_prompts_end_within_the_models_context(tiny_lm, config, kept):
+    _, inner = tiny_lm
+    model, tokenizer = _RecordingLM([inner.eos_token_id], **config), _RecordingTokenizer(inner)
+    text = "Up Down Left Right A B C D"
+    HFReflector(model, tokenizer, max_new_tokens=4)(text)
+    ids = inner("User: " + text + "\n\nAssistant:")["input_ids"]
+    assert model.calls[0]["input_ids"].tolist() == [ids[-kept:] if kept else ids]
+
+
+def test_hf_reflector_puts_the_prompt_on_the_models_device(tiny_lm):
+    import torch
+
+    _, inner = tiny_lm
+    model = _RecordingLM([inner.eos_token_id])
+    model.device = torch.device("meta")  # a device that is not the CPU, on any machine
+    HFReflector(model, _RecordingTokenizer(inner), max_new_tokens=2)("hole goal")
+    assert model.calls[0]["input_ids"].device.type == "meta"
+    assert model.calls[0]["attention_mask"].device.type == "meta"
+
+
+def test_reflector_errors_name_what_they_were_given():
+    with pytest.raises(TypeError, match="HFReflector needs a ReflectionRequest or a str, got bytes"):
+        HFReflector(None, None)(b"bytes")
+    with pytest.raises(ValueError, match="temperature must be >= 0 \\(0 = greedy\\), got -0.1"):
+        HFReflector(None, None, temperature=-0.1)
+    assert HFReflector(None, None, max_new_tokens=1).max_new_tokens == 1
+    with pytest.raises(TypeError, match="RuleReflector needs a ReflectionRequest, got str"):
+        RuleReflector()("just text")
+    with pytest.raises(TypeError, match="symbols must be a SymbolSet or None, got dict"):
+        RuleReflector(symbols={"agent": "A"})
+    symbols = SOKOBAN_SYMBOLS["abstract"]
+    assert RuleReflector(symbols=symbols).symbols is symbols
