@@ -2,6 +2,7 @@
 
     python tests/mutation.py erl_agents/grpo.py                      # every mutant of the module
     python tests/mutation.py erl_agents/update.py --only '*micro_batch_loss*'   # one function's mutants
+    python tests/mutation.py erl_agents/rollout.py --only '*x__finish__*' --tests tests/agents/test_trainer_rows.py
     python tests/mutation.py --list                                   # the targeted modules and their tests
 
 mutmut copies the source into ``mutants/`` and turns every function of the mutated module into a switch between
@@ -36,7 +37,7 @@ TARGETS = {
     "erl_agents/batch.py": ["tests/agents/test_batch.py"],
     "erl_agents/update.py": ["tests/agents/test_update.py"],
     "erl_agents/rollout.py": ["tests/agents/test_rollout.py", "tests/agents/test_rollout_kv_reuse.py",
-                              "tests/agents/test_batch.py"],
+                              "tests/agents/test_batch.py", "tests/agents/test_trainer_rows.py"],
     "erl_envs/qa/scoring.py": ["tests/envs/qa/test_scoring.py"],
     "erl_envs/qa/search.py": ["tests/envs/qa/test_search.py"],
     "erl_envs/qa/tools.py": ["tests/envs/qa/test_tools.py"],
@@ -59,8 +60,9 @@ def scratch_folder(module: str) -> Path:
     return ROOT / ".mutmut" / module.removesuffix(".py").replace("/", ".")
 
 
-def prepare(module: str, folder: Path, fresh: bool) -> None:
-    """Copy the packages and tests into ``folder`` and write its ``[mutmut]`` section for ``module``."""
+def prepare(module: str, folder: Path, fresh: bool, tests: list[str] | None = None) -> None:
+    """Copy the packages and tests into ``folder`` and write its ``[mutmut]`` section for ``module`` (its tests:
+    ``tests``, or the module's own list in TARGETS)."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ def prepare(module: str, folder: Path, fresh: bool) -> None:
     config["mutmut"] = {
         "source_paths": "\nerl_envs\nerl_agents",
         "only_mutate": f"\n{module}",
-        "pytest_add_cli_args_test_selection": "\n" + "\n".join(TARGETS[module]),
+        "pytest_add_cli_args_test_selection": "\n" + "\n".join(tests or TARGETS[module]),
         "pytest_add_cli_args": "\n-p\nno:cacheprovider",
         # Tests that run an example script or read a benchmark's helpers find them beside the mutated packages.
         "also_copy": "\nexamples\nbenchmarks",
@@ -92,7 +94,7 @@ def prepare(module: str, folder: Path, fresh: bool) -> None:
         config.write(handle)
 
 
-def summarise(folder: Path, module: str) -> dict:
+def summarise(folder: Path, module: str, tests: list[str] | None = None) -> dict:
     """Mutant counts by status, read from the meta file mutmut writes beside the mutated module."""
     from mutmut.stats import status_by_exit_code
 
@@ -103,7 +105,7 @@ def summarise(folder: Path, module: str) -> dict:
     caught = counts["killed"] + counts["timeout"] + counts["segfault"]
     return {
         "module": module,
-        "tests": TARGETS[module],
+        "tests": tests or TARGETS[module],
         "mutants": len(statuses),
         "counts": dict(sorted(counts.items())),
         "score": caught / tested if tested else None,
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="keep the scratch folder and mutmut's results from an earlier run, with the tests copied "
                              "anew; only unchecked mutants and those named with --only are run")
+    parser.add_argument("--tests", nargs="+", default=None, metavar="FILE",
+                        help="run the mutants against these test files instead of the module's own list (e.g. the "
+                             "one file that pins the functions named with --only)")
     parser.add_argument("--nice", type=int, default=10,
                         help="niceness of the run (default 10: other work on the machine goes first)")
     parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.error("mutmut is not installed: pip install -e '.[dev]'")
     folder = scratch_folder(args.module)
-    prepare(args.module, folder, fresh=not args.resume)
+    prepare(args.module, folder, fresh=not args.resume, tests=args.tests)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     # The scratch copy must be what the tests import: drop path entries pointing at the repository itself.
     env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
@@ -144,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                *args.only]
     print("running", " ".join(command), "in", folder, flush=True)
     code = subprocess.run(command, cwd=folder, env=env).returncode
-    summary = summarise(folder, args.module)
+    summary = summarise(folder, args.module, args.tests)
     summary["only"] = args.only
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     score = "n/a" if summary["score"] is None else f"{summary['score']:.3f}"
