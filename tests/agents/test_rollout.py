@@ -327,3 +327,57 @@ def test_a_reflection_stopped_at_the_string_is_closed_by_an_env_token_and_is_not
     assert trained == reply[:3]
     assert stopped.tokens[-1] == policy.chat.end_of_turn_id and stopped.mask[-1] == 0
     assert stopped.truncated_replies == 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# How an ended episode's rewards and successes reach its conversations
+
+
+def _conversation(role: str, reward: float = 0.0):
+    from erl_agents.rollout import Trajectory
+
+    return Trajectory(role=role, task=0, episode=0, tokens=[1], mask=[1], logprobs=[0.0], constraints=[-1],
+                      prompt_len=0, system_prompt="s", first_observation="o", reward=reward)
+
+
+def _finished(info: dict, roles=("attempt1", "reflection", "attempt2"), reward: float = 0.0):
+    """``_finish`` on an episode whose last conversation (``roles[-1]``) is still open, as at the env's last step."""
+    from erl_agents.rollout import Episode, _finish, _Live
+
+    episode = Episode(task=0, index=0, trajectories=[_conversation(role) for role in roles[:-1]])
+    state = _Live(TextBanditEnv(), episode, None, 0.0)
+    state.conversation = _conversation(roles[-1], reward)
+    _finish(state, info)
+    return episode
+
+
+def test_finish_takes_each_roles_success_from_the_envs_verdict_not_from_the_reward():
+    # A verdict that disagrees with "reward >= 1" (e.g. a lowered gate, or a QA answer scored 1 without a match).
+    record = {"r1": 1.0, "r2": 0.5, "attempt1": {"success": False}, "attempt2": {"success": True}}
+    episode = _finished({"record": record})
+    assert episode.record is record
+    assert [(t.role, t.reward, t.success) for t in episode.trajectories] == [
+        ("attempt1", 1.0, False), ("reflection", 0.5, True), ("attempt2", 0.5, True)]
+    assert episode.success is False  # the episode's success is its first attempt's
+    record = {"r1": 0.25, "attempt1": {"success": True}, "attempt2": None}
+    episode = _finished({"record": record}, roles=("attempt1",))
+    assert (episode.trajectories[0].reward, episode.trajectories[0].success, episode.success) == (0.25, True, True)
+
+
+def test_finish_falls_back_to_reward_at_least_one_without_a_verdict():
+    for r1, r2, expected in ((1.0, 1.0, (True, True, True)), (0.99, 1.0, (False, True, True)),
+                             (0.0, 0.99, (False, False, False))):
+        episode = _finished({"record": {"r1": r1, "r2": r2}})
+        attempt1, reflection, attempt2 = episode.trajectories
+        assert (attempt1.success, attempt2.success, reflection.success) == expected, (r1, r2)
+        assert episode.success is expected[0]
+
+
+def test_finish_without_a_record_is_rlvr_and_reads_the_step_info():
+    episode = _finished({"success": False}, roles=("attempt1",), reward=1.0)
+    assert episode.record is None and (episode.trajectories[0].success, episode.success) == (False, False)
+    episode = _finished({"success": True}, roles=("attempt1",), reward=0.0)
+    assert (episode.trajectories[0].success, episode.success) == (True, True)
+    for reward, expected in ((1.0, True), (0.99, False)):
+        episode = _finished({}, roles=("attempt1",), reward=reward)
+        assert (episode.trajectories[0].success, episode.success) == (expected, expected)
