@@ -8,6 +8,8 @@ from erl_agents.config import build_config
 from erl_agents.rollout import ROLES
 from erl_agents.trainer import Trainer
 
+import text_bandit  # noqa: F401  (registers TextBandit-v0, so this file also runs alone)
+
 TIME_KEYS = ("time/", "lr")
 
 

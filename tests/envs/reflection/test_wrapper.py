@@ -807,3 +807,77 @@ def test_a_failing_reflector_leaves_the_episode_waiting_for_a_reflection():
     assert env.phase == "reflect"
     obs, *_, info = env.step("<prompt>written by hand</prompt>")
     assert obs == first and info["system_prompt"].startswith("written by hand\n")
+
+
+# ----------------------------------------------------------------------------- what mutation testing found unpinned
+
+
+class _RecordingMemory(ReflectionMemory):
+    """The paper's slot, recording what each update was filed under."""
+
+    def __init__(self):
+        super().__init__()
+        self.filed_under = []
+
+    def update(self, prompt, task_text=None):
+        self.filed_under.append(task_text)
+        super().update(prompt, task_text=task_text)
+
+
+def test_the_reflection_request_carries_the_attempts_facts():
+    requests = []
+    env = ReflectionWrapper(PartialCredit(), reflector=lambda r: requests.append(r) or "<prompt>Say exact.</prompt>",
+                            gate_threshold=0.6)
+    env.reset(seed=3)
+    obs, reward, terminated, truncated, info = env.step("answer: almost")
+    (request,) = requests
+    assert request.task_id == info["task_id"] and request.task_id.startswith("q") and request.task_text == "question number " + request.task_id[1:]
+    assert (request.total_return, request.success, request.feedback) == (0.5, False, "Answered wrongly.")
+    assert request.final_observation == "done"  # the attempt's last observation, not its first
+    assert request.symbols is None
+    # Mid-episode infos carry the current attempt's system prompt; the last one the retry's.
+    assert info["system_prompt"].startswith("Say exact.")
+    *_, info = env.step("answer: exact")
+    assert info["system_prompt"].startswith("Say exact.")
+    record = info["record"]
+    assert (record["task_text"], record["style"]) == (request.task_text, "qa")
+    assert record["reflection"]["fallback_reason"] == ""
+
+
+def test_the_task_text_is_the_envs_when_given_and_files_the_memory():
+    memory = _RecordingMemory()
+    env = ReflectionWrapper(PartialCredit(), memory=memory)
+    env.reset(seed=2)
+    env.step("answer: wrong")
+    env.step("<prompt>Say exact.</prompt>")
+    *_, info = env.step("answer: exact")
+    assert memory.filed_under == [info["record"]["task_text"]] and memory.filed_under[0].startswith("question number")
+    # An env without a task text files the reflection under its first observation.
+    memory = _RecordingMemory()
+    env = ReflectionWrapper(Corridor(), memory=memory)
+    first, _ = env.reset(seed=4)
+    fail_attempt(env)
+    env.step(GOOD_REFLECTION)
+    succeed_attempt(env)
+    assert memory.filed_under == [first]
+
+
+def test_a_nondeterministic_env_is_reported_once_per_wrapper():
+    env = ReflectionWrapper(Drifting())
+    with pytest.warns(RuntimeWarning, match="deterministic") as caught:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            fail_attempt(env)
+            env.step(GOOD_REFLECTION)
+            succeed_attempt(env)
+    assert len([w for w in caught if "deterministic" in str(w.message)]) == 1
+
+
+def test_a_reflection_of_exactly_max_reflection_chars_is_not_cut():
+    text = "<prompt>" + "r" * 40 + "</prompt>"
+    env = ReflectionWrapper(Corridor(), max_reflection_chars=len(text))
+    env.reset(seed=0)
+    fail_attempt(env)
+    env.step(text)
+    *_, info = succeed_attempt(env)
+    assert info["record"]["reflection"]["truncated"] is False
