@@ -50,7 +50,7 @@ TARGETS = {
     "erl_envs/reflection/vector.py": ["tests/envs/reflection/test_wrapper.py"],
     "erl_envs/reflection/memory.py": ["tests/envs/reflection/test_memory.py"],
     "erl_envs/reflection/trace.py": ["tests/envs/reflection/test_reflectors.py",
-                                     "tests/envs/reflection/test_wrapper.py"],
+                                     "tests/envs/reflection/test_wrapper.py", "tests/envs/test_prompt_sets.py"],
     "erl_envs/reflection/rulebooks.py": ["tests/envs/reflection/test_reflectors.py"],
     "erl_envs/reflection/reflectors.py": ["tests/envs/reflection/test_reflectors.py"],
 }
