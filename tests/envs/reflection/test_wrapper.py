@@ -881,3 +881,25 @@ def test_a_reflection_of_exactly_max_reflection_chars_is_not_cut():
     env.step(text)
     *_, info = succeed_attempt(env)
     assert info["record"]["reflection"]["truncated"] is False
+
+
+@pytest.mark.parametrize("vector_cls", [ReflectionSyncVectorEnv, ReflectionAsyncVectorEnv])
+def test_vector_infos_keep_every_sub_envs_whole_record_in_one_step(vector_cls):
+    """Two sub-envs ending on the same step both keep their record; a third, still playing, has None and mask False."""
+    envs = vector_cls([lambda: ReflectionWrapper(PartialCredit()) for _ in range(2)] +
+                      [lambda: ReflectionWrapper(Corridor())])
+    try:
+        # Observations quote model text of any length: they come back through pipes, never shared-memory slots.
+        assert vector_cls is ReflectionSyncVectorEnv or envs.shared_memory is False
+        envs.reset(seed=[5, 6, 7])
+        _, _, terminated, _, info = envs.step(("answer: exact", "answer: exact", "left"))
+        assert list(terminated) == [True, True, False]
+        assert info["_record"].dtype == np.bool_ and list(info["_record"]) == [True, True, False]
+        assert info["record"].dtype == object and info["record"][2] is None
+        assert [info["record"][i]["r1"] for i in (0, 1)] == [1.0, 1.0]
+        assert info["record"][0]["task_id"] != info["record"][1]["task_id"]  # each sub-env's own record
+        # The step info of the playing sub-env is kept whole too, beside the others'.
+        assert list(info["_step_info"]) == [True, True, True] and info["step_info"][0]["success"] is True
+        assert list(info["_phase"]) == [True, True, True]  # ordinary keys still go through Gymnasium's own merge
+    finally:
+        envs.close()
