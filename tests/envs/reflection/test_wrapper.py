@@ -903,3 +903,20 @@ def test_vector_infos_keep_every_sub_envs_whole_record_in_one_step(vector_cls):
         assert list(info["_phase"]) == [True, True, True]  # ordinary keys still go through Gymnasium's own merge
     finally:
         envs.close()
+
+
+def test_env_spec_records_every_constructor_argument_so_the_wrapped_env_can_be_rebuilt():
+    memory, reflector = ReflectionMemory(), RuleReflector()
+    arguments = dict(memory=memory, gate_threshold=0.75, memory_threshold=0.5, reflector=reflector, no_memory=False,
+                     no_reflection=False, reflection_instructions="Reflect.", format_reminder="Reply in a fence.",
+                     max_reflection_chars=500, max_trace_field_chars=300, memory_rule="paper")
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=3), **arguments)
+    spec = env.spec.additional_wrappers[-1]
+    assert spec.entry_point.endswith(":ReflectionWrapper") and spec.kwargs.keys() == arguments.keys()
+    # Gymnasium keeps copies of the arguments: objects by type, values as given.
+    assert isinstance(spec.kwargs["memory"], ReflectionMemory) and isinstance(spec.kwargs["reflector"], RuleReflector)
+    plain = {k: v for k, v in arguments.items() if k not in ("memory", "reflector")}
+    assert {k: spec.kwargs[k] for k in plain} == plain
+    rebuilt = gym.make(env.spec)
+    assert isinstance(rebuilt, ReflectionWrapper) and (rebuilt.gate_threshold, rebuilt.memory_threshold) == (0.75, 0.5)
+    assert isinstance(rebuilt.reflector, RuleReflector) and rebuilt.max_reflection_chars == 500
