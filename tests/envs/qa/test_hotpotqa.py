@@ -515,3 +515,37 @@ def test_a_lone_surrogate_in_the_data_never_reaches_an_observation(tmp_path):
     obs.encode("utf-8")
     obs, *_ = env.step("<search>Osk Works</search>")
     obs.encode("utf-8")
+
+
+def test_an_unanswered_episode_reports_no_match_and_the_gold_answers():
+    """Out of turns without an answer: the info of the last step says exactly what an answer would have scored."""
+    env = make(max_turns=2)
+    _, info0 = env.reset(options={"index": 1})
+    obs, reward, terminated, truncated, info = play(env, ["<search>Osk</search>", "<search>Dulind</search>"],
+                                                    options={"index": 1})[-1]
+    assert truncated and info["answer"] is None and info["em"] is False and info["f1"] == 0.0
+    assert info["success"] is False and info["gold_answers"] == ["Marn River"]
+    assert info["episode_feedback"].startswith("ran out of turns")
+    # The end is announced on its own line after the last search results.
+    assert f"\nEpisode over: {info['episode_feedback']}." in obs and obs.rstrip().endswith(".")
+    assert env.unwrapped.render() is None or isinstance(env.unwrapped.render(), str)
+
+
+def test_a_valid_search_takes_effect_and_counts_one_call():
+    env = make()
+    env.reset(options={"index": 1})
+    _, _, _, _, info = env.step("<search>Osk Works</search>")
+    assert info["took_effect"] is True and info["num_calls"] == 1 and info["results"]
+
+
+def test_the_per_question_index_uses_the_envs_bm25_settings():
+    """Distractor mode builds one BM25 index per question: with the env's k1, b, idf and tokenizer."""
+    from erl_envs.qa.search import BM25Index
+
+    env = make(mode="distractor", k1=0.4, b=0.2)
+    env.reset(options={"index": 0})
+    index = env.unwrapped._index
+    assert (index.k1, index.b) == (0.4, 0.2) and list(index.ids) == list(range(len(env.unwrapped._passages)))
+    twin = BM25Index(env.unwrapped._passages, ids=range(len(env.unwrapped._passages)), k1=0.4, b=0.2,
+                     idf=env.unwrapped._idf, tokenizer=env.unwrapped._tokenizer)
+    assert index.search("founded Dulind", 3) == twin.search("founded Dulind", 3)
