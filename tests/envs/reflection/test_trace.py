@@ -114,3 +114,18 @@ def test_paper_feedback_of_a_success_and_of_other_games():
     assert paper_feedback([_step(action_read=None, action_reported=True)], "Failed.", 0.0, False, "Sokoban") == (
         "Failed. Last action: none (no valid action in the reply). Reward 0.00 after 1 steps.")
     assert paper_feedback([], "Nothing.", 0.0, False, "FrozenLake") == "Nothing. Reward 0.00 after 0 steps."
+
+
+def test_paper_metrics_average_over_the_batch():
+    from erl_envs.reflection import prompts
+    from erl_envs.reflection.trace import paper_metrics
+
+    expected = prompts.PAPER_SET["metrics"].format(average=0.5, success_rate=1 / 3, size=3)
+    assert paper_metrics([1.0, 0.0, 0.5], [True, False, False]) == expected
+
+
+def test_paper_trace_clips_a_long_board():
+    board = "\n".join(" F \t" * 10 for _ in range(4))  # 4 rows of 40 characters
+    text = format_paper_trace([_step(observation=board, action_read="Up", action_reported=True)], board, 0.0, "",
+                              max_field_chars=40)
+    assert text.count(clip_text(board, 40)) == 2 and board not in text
