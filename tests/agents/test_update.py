@@ -153,3 +153,81 @@ def test_the_update_scores_every_row_at_the_rollout_temperature_when_asked():
     at_07 = entropy(_config(temperature=0.7, reflect_temperature=0.7))
     assert entropy(rollout) == pytest.approx(at_07)
     assert entropy(sampled) != pytest.approx(at_07)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The loss, term by term (what mutation testing found unpinned: the KL, entropy and consolidation terms)
+
+
+def _row(role, tokens, first_model_token, advantage, teacher_tokens=None, teacher_offset=0):
+    mask = [0] * first_model_token + [1] * (len(tokens) - first_model_token)
+    return Trajectory(role=role, task=0, episode=0, tokens=list(tokens), mask=mask, logprobs=[0.0] * len(tokens),
+                      constraints=[-1] * len(tokens), prompt_len=first_model_token, system_prompt="s",
+                      first_observation="o", advantage=advantage, teacher_tokens=teacher_tokens,
+                      teacher_offset=teacher_offset)
+
+
+def _by_hand(model, row, temperature):
+    """Per model token of ``row``: its logits (position j predicts token j + 1), log-prob and entropy."""
+    with torch.no_grad():
+        logits = model(torch.tensor([row.tokens])).logits[0, :-1]
+    keep = torch.tensor(row.mask[1:], dtype=torch.bool)
+    logits = logits[keep].float()
+    log_probs = torch.log_softmax(logits / temperature, dim=-1)
+    targets = torch.tensor(row.tokens[1:])[keep]
+    return logits, log_probs.gather(-1, targets[:, None])[:, 0], -(log_probs.exp() * log_probs).sum(-1)
+
+
+def test_the_loss_is_the_papers_terms_with_their_signs_coefficients_and_rows():
+    """PPO (ratio 1 on fresh log-probs: -A per token) + kl_coef * k3(policy, reference) - entropy_coef * entropy,
+    + distill_coef * KL(student || teacher) on the distilled row only, its teacher read teacher_offset positions
+    later in the reflected context; token-mean over the batch's tokens. Each term is recomputed here from its own
+    definition on separate forward passes, so a swapped model, sign, coefficient, row or offset changes the sum."""
+    from erl_agents.grpo import k3_kl
+
+    tokenizer = build_tiny_tokenizer(["a b c d e f g h i j k l m n o p"], vocab_size=64)
+    model, reference = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=1), build_tiny_model(tokenizer, 32, 1, 2, 64,
+                                                                                            seed=2)
+    attempt = _row("attempt1", [5, 6, 7, 8, 9, 10], 3, advantage=0.7)
+    reflected_prefix, prefix = [11, 12, 13, 14, 15], [5, 6, 7]
+    distilled = _row("distilled", prefix + [9, 8, 10], 3, advantage=0.0,
+                     teacher_tokens=reflected_prefix + [9, 8, 10], teacher_offset=len(reflected_prefix) - len(prefix))
+    batch = [attempt, distilled]
+    config = build_config(flags=dict(algo="erl", temperature=0.8, kl_coef=0.3, entropy_coef=0.05, distill_coef=2.0,
+                                     loss_agg="token-mean", output="unused"))
+    num_tokens = sum(sum(t.mask[1:]) for t in batch)
+    loss, stats = _micro_batch_loss(model, reference, batch, ConstraintTable(), config, tokenizer.pad_token_id,
+                                    num_tokens=num_tokens, num_seqs=len(batch), old=None)
+
+    total, kl_sum, entropy_sum = 0.0, 0.0, 0.0
+    for row in batch:
+        logits, log_p, entropy = _by_hand(model, row, 0.8)
+        _, ref_log_p, _ = _by_hand(reference, row, 0.8)
+        kl = k3_kl(log_p, ref_log_p)
+        per_token = -row.advantage + 0.3 * kl - 0.05 * entropy
+        if row.teacher_tokens is not None:
+            with torch.no_grad():
+                teacher_all = model(torch.tensor([row.teacher_tokens])).logits[0, :-1]
+            positions = torch.tensor(row.mask[1:]).nonzero()[:, 0] + row.teacher_offset
+            log_s = torch.log_softmax(logits / 0.8, dim=-1)
+            log_t = torch.log_softmax(teacher_all[positions].float() / 0.8, dim=-1)
+            per_token = per_token + 2.0 * (log_s.exp() * (log_s - log_t)).sum(-1)
+        total += per_token.sum().item()
+        kl_sum += kl.sum().item()
+        entropy_sum += entropy.sum().item()
+    assert loss.item() == pytest.approx(total / num_tokens, rel=1e-4, abs=1e-6)
+    assert stats["kl"] == pytest.approx(kl_sum, rel=1e-4) and stats["kl"] > 0
+    assert stats["entropy"] == pytest.approx(entropy_sum, rel=1e-4) and stats["tokens"] == num_tokens
+    assert stats["reverse_kl_tokens"] == 3 and stats["reverse_kl"] > 0
+
+
+def test_no_kl_term_without_a_reference_or_at_coefficient_zero():
+    tokenizer = build_tiny_tokenizer(["a b c d e f g h"], vocab_size=40)
+    model = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=1)
+    batch = [_row("attempt1", [5, 6, 7, 8], 2, advantage=1.0)]
+    for kl_coef, reference in ((0.0, build_tiny_model(tokenizer, 32, 1, 2, 64, seed=2)), (0.5, None)):
+        config = build_config(flags=dict(algo="rlvr", temperature=1.0, kl_coef=kl_coef, loss_agg="token-mean",
+                                         output="unused"))
+        loss, stats = _micro_batch_loss(model, reference, batch, ConstraintTable(), config, tokenizer.pad_token_id,
+                                        num_tokens=2, num_seqs=1, old=None)
+        assert "kl" not in stats and loss.item() == pytest.approx(-1.0, abs=1e-6)
