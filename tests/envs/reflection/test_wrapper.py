@@ -920,3 +920,31 @@ def test_env_spec_records_every_constructor_argument_so_the_wrapped_env_can_be_r
     rebuilt = gym.make(env.spec)
     assert isinstance(rebuilt, ReflectionWrapper) and (rebuilt.gate_threshold, rebuilt.memory_threshold) == (0.75, 0.5)
     assert isinstance(rebuilt.reflector, RuleReflector) and rebuilt.max_reflection_chars == 500
+
+
+def test_spaces_are_free_text_sized_for_the_inner_env_and_argument_checks_are_exact():
+    from erl_envs.protocol import TEXT_CHARSET
+
+    env = ReflectionWrapper(Corridor())  # inner observation space: Text(200)
+    for space, length in ((env.observation_space, 4096), (env.action_space, 4096)):
+        assert isinstance(space, FreeText) and (space.max_length, space.min_length) == (length, 0)
+        assert set(space.character_set) == set(TEXT_CHARSET)
+    big = Corridor()
+    big.observation_space = spaces.Text(10_000)
+    assert ReflectionWrapper(big).observation_space.max_length == 10_000
+    # The smallest accepted sizes, and the checks' messages naming the argument and the type.
+    tiny = ReflectionWrapper(Corridor(), max_reflection_chars=1, max_trace_field_chars=1)
+    assert (tiny.max_reflection_chars, tiny.max_trace_field_chars) == (1, 1)
+    assert ReflectionWrapper(Corridor(), max_trace_field_chars=None).max_trace_field_chars is None
+    for name in ("max_reflection_chars", "max_trace_field_chars"):
+        for bad in (0, True, 2.5):
+            with pytest.raises(ValueError, match=name):
+                ReflectionWrapper(Corridor(), **{name: bad})
+    with pytest.raises(TypeError, match="memory_threshold must be a number, got str"):
+        ReflectionWrapper(Corridor(), memory_threshold="high")
+    with pytest.raises(ValueError, match="gate_threshold must not be NaN"):
+        ReflectionWrapper(Corridor(), gate_threshold=float("nan"))
+    with pytest.raises(TypeError, match="format_reminder must be a str or None, got int"):
+        ReflectionWrapper(Corridor(), format_reminder=3)
+    with pytest.raises(TypeError, match="memory.*got MissingUpdate"):
+        ReflectionWrapper(Corridor(), memory=type("MissingUpdate", (), {"get": lambda self, t=None: None})())
