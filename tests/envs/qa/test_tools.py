@@ -176,3 +176,19 @@ def test_paper_protocol_runs_every_call_of_a_reply():
     calls = parse_qa_calls(CALL * (3 * MAX_CALLS_PER_REPLY), protocol="paper")
     assert len(calls) == 3 * MAX_CALLS_PER_REPLY and {c.kind for c in calls} == {"search"}
     assert len(parse_qa_calls(CALL * (3 * MAX_CALLS_PER_REPLY))) == MAX_CALLS_PER_REPLY  # ours caps them
+
+
+@pytest.mark.parametrize("protocol", ["extended", "paper"])
+def test_the_answer_extraction_and_protocol_reach_the_reply_reader(protocol):
+    """A reply with no call is read with the caller's answer extraction, under either protocol, by both readers."""
+    reply = "The answer: Marn River"
+    for extraction in ("boxed", "paper"):
+        expected = QAReply("answer", answer=extract_answer(reply, extraction))
+        assert parse_qa_calls(reply, extraction, protocol) == [expected]
+        assert parse_qa_reply(reply, extraction, protocol) == expected
+    assert parse_qa_reply(reply, "paper", protocol).answer == "Marn River"
+    assert parse_qa_reply(reply, "boxed", protocol).answer is None
+    # The protocol reaches parse_qa_reply: a bare JSON call is a search under the extended protocol only (the paper
+    # reads tool calls as the Hermes parser does: inside <tool_call> tags).
+    bare = '{"name": "search", "arguments": {"query": "Osk"}}'
+    assert parse_qa_reply(bare, "boxed", protocol).kind == ("search" if protocol == "extended" else "answer")
