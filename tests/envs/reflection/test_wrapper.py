@@ -948,3 +948,20 @@ def test_spaces_are_free_text_sized_for_the_inner_env_and_argument_checks_are_ex
         ReflectionWrapper(Corridor(), format_reminder=3)
     with pytest.raises(TypeError, match="memory.*got MissingUpdate"):
         ReflectionWrapper(Corridor(), memory=type("MissingUpdate", (), {"get": lambda self, t=None: None})())
+
+
+@pytest.mark.parametrize("prompts", ["lenient", "paper", "small"])
+def test_max_trace_field_chars_reaches_the_trace_of_every_prompt_set(prompts):
+    requests = []
+    inner = gym.make("ERL-FrozenLake-v0", size=4, prompts=prompts)
+    env = ReflectionWrapper(inner, reflector=lambda r: requests.append(r) or "<prompt>Go.</prompt>",
+                            max_trace_field_chars=12)
+    for seed in range(20):  # the first seed whose first attempt fails by walking into the top wall
+        env.reset(seed=seed)
+        for _ in range(50):
+            *_, terminated, truncated, info = env.step("```Up```")
+            if requests or terminated or truncated:
+                break
+        if requests:
+            break
+    assert "characters omitted ...]" in requests[0].text
