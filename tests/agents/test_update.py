@@ -231,3 +231,27 @@ def test_no_kl_term_without_a_reference_or_at_coefficient_zero():
         loss, stats = _micro_batch_loss(model, reference, batch, ConstraintTable(), config, tokenizer.pad_token_id,
                                         num_tokens=2, num_seqs=1, old=None)
         assert "kl" not in stats and loss.item() == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_a_later_optimizer_step_clips_against_the_sampling_policys_log_probs():
+    """With old log-probs from before earlier optimizer steps the ratio moves off 1: the PPO term then uses the run's
+    clip_low, clip_high and dual-clip c on exactly those old log-probs."""
+    from erl_agents.grpo import ppo_token_loss
+
+    tokenizer = build_tiny_tokenizer(["a b c d e f g h i j"], vocab_size=40)
+    model = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=3)
+    rows = [_row("attempt1", [5, 6, 7, 8, 9, 10], 2, advantage=-1.5), _row("attempt1", [5, 7, 6, 9, 8], 2,
+                                                                          advantage=0.8)]
+    config = build_config(flags=dict(algo="rlvr", temperature=1.0, kl_coef=0.0, clip_low=0.1, clip_high=0.3,
+                                     clip_ratio_c=2.0, loss_agg="token-mean", output="unused"))
+    shifts = torch.tensor([1.5, -0.05, 0.4, -2.0])  # ratios e^-s: some inside the clip range, some far outside
+    old, total, tokens = {}, 0.0, 0
+    for row, shift in zip(rows, (shifts, -shifts[:3])):
+        _, log_p, _ = _by_hand(model, row, 1.0)
+        old[id(row)] = log_p + shift
+        expected, _ = ppo_token_loss(log_p, old[id(row)], torch.full_like(log_p, row.advantage), 0.1, 0.3, 2.0)
+        total += expected.sum().item()
+        tokens += len(log_p)
+    loss, stats = _micro_batch_loss(model, None, rows, ConstraintTable(), config, tokenizer.pad_token_id,
+                                    num_tokens=tokens, num_seqs=2, old=old)
+    assert loss.item() == pytest.approx(total / tokens, rel=1e-5) and stats["clipped"] > 0
