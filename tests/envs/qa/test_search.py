@@ -316,3 +316,38 @@ def test_the_cache_keeps_okapi_and_lucene_indexes_apart(tmp_path):
     assert okapi.cache_key == BM25Index.content_key(texts, [0, 1], Tokenizer().cache_key, 1.5, 0.75, 0.25)
     assert BM25Index.load(tmp_path / f"{lucene.cache_key}.npz", texts, idf="lucene").idf.tolist() == \
         lucene.idf.tolist()
+
+
+@pytest.mark.parametrize("idf", ["okapi", "lucene"])
+def test_an_index_from_the_cache_is_the_index_those_settings_build(tmp_path, idf):
+    """Built, saved and loaded again with non-default k1, b, epsilon, ids, stopwords and idf: the reloaded index
+    scores, ranks and names passages exactly as a fresh one with the same settings, and not as the defaults."""
+    texts = random_corpus(60, seed=4)
+    ids = [f"p{i}" for i in range(len(texts))]
+    settings = dict(k1=0.9, b=0.4, epsilon=0.5, tokenizer=Tokenizer(stopwords=ENGLISH_STOPWORDS), idf=idf)
+    fresh = BM25Index(texts, ids, **settings)
+    first = BM25Index.cached(texts, ids, cache_dir=tmp_path, **settings)
+    key = first.cache_key
+    del first
+    gc.collect()
+    again = BM25Index.cached(texts, ids, cache_dir=tmp_path, **settings)  # from the file
+    assert again.cache_key == key and list(tmp_path.glob("*.npz"))
+    for query in ("w1 w2", "w3 w5 w8", "w2"):
+        np.testing.assert_allclose(again.scores(query), fresh.scores(query), rtol=1e-6)
+        assert again.search(query, 5) == fresh.search(query, 5)
+    default = BM25Index(texts, ids)
+    assert not np.allclose(default.scores("w1 w2"), fresh.scores("w1 w2"))
+
+
+def test_lucene_idf_is_the_plus_one_formula():
+    """idf="lucene": log(1 + (N - df + 0.5) / (df + 0.5)), checked on a corpus small enough to count by hand."""
+    import math
+
+    texts = ["apple banana", "apple cherry", "apple banana cherry", "date"]
+    index = BM25Index(texts, k1=1.2, b=0.0, idf="lucene")  # b = 0: no length normalisation
+    n = 4
+    for term, df in (("banana", 2), ("date", 1), ("apple", 3)):
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        # A one-word query on a passage holding the term once: idf * (k1 + 1) / (1 + k1).
+        hit = texts.index(next(t for t in texts if term in t.split()))
+        assert index.scores(term)[hit] == pytest.approx(idf, rel=1e-6)
