@@ -617,3 +617,26 @@ def test_reflector_errors_name_what_they_were_given():
         RuleReflector(symbols={"agent": "A"})
     symbols = SOKOBAN_SYMBOLS["abstract"]
     assert RuleReflector(symbols=symbols).symbols is symbols
+
+
+def _board(text):
+    return [list(row) for row in text.split("/")]
+
+
+def test_the_agent_of_an_unknown_grid_is_the_symbol_that_moves_one_cell_most_often():
+    """A one-cell move earns a vote on each pair of consecutive boards, a jump none; the most votes wins, so a
+    symbol that moved once cannot outvote one that moved on every step (reading a board is not a single pair)."""
+    from erl_envs.reflection.rulebooks import _infer_agent
+
+    boards = [_board(b) for b in ("@.../....Y/....", ".@../Y.../....", "..@./...Y/....", "..../..@Y/....",
+                                  "..../..@./...Y")]
+    # "@" moves one cell on three of the 4 steps; "Y" jumps twice (no vote), stays once and moves one cell once.
+    assert _infer_agent(boards) == frozenset("@")
+    # "@" earns the first vote, "Y" the next two: votes add up, so "Y" wins although "@" was counted first.
+    assert _infer_agent([_board(b) for b in ("@Y../....", "...Y/@...", "..Y./...@", ".Y../@...")]) == frozenset("Y")
+    # Each pair of consecutive boards is read, the last one included; no move, no agent.
+    assert _infer_agent([_board("@./.."), _board("@./.."), _board(".@/..")]) == frozenset("@")
+    assert _infer_agent([_board("@./.."), _board("@./..")]) == frozenset()
+    # A symbol appearing twice is never the agent; a diagonal step is not a one-cell move.
+    assert _infer_agent([_board("@@./..."), _board(".@@/...")]) == frozenset()
+    assert _infer_agent([_board("@../..."), _board(".../.@.")]) == frozenset()
