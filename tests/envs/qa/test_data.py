@@ -373,3 +373,21 @@ def test_lone_surrogates_in_the_data_never_reach_a_question_or_passage(tmp_path)
     question.question.encode("utf-8")
     for passage in question.paragraphs:
         passage.text.encode("utf-8")
+
+
+def test_hf_spec_takes_its_split_from_the_spec_or_the_argument(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    folder = tmp_path / "two_splits"
+    folder.mkdir()
+    write_jsonl(folder / "validation.jsonl", [HF_RECORD])
+    write_jsonl(folder / "train.jsonl", [HF_RECORD | {"id": "t1"}, HF_RECORD | {"id": "t2"}])
+    assert [q.id for q in load_questions(f"hf:{folder}", split="train")] == ["t1", "t2"]
+    assert [q.id for q in load_questions(f"hf:{folder}::validation", split="train")] == ["q1"]  # the spec wins
+    assert [q.id for q in load_questions(f"hf:{folder}:", split="validation")] == ["q1"]  # an empty config part
+    # Two splits and no choice: the error names them, never a silent pick.
+    with pytest.raises(DataError, match=r"has splits \['(train|validation)', '(train|validation)'\]; choose one"):
+        load_questions(f"hf:{folder}")
+    with pytest.raises(DataError, match="bad datasets spec 'hf:a:b:c:d'"):
+        load_questions("hf:a:b:c:d")
