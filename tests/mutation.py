@@ -63,9 +63,9 @@ def scratch_folder(module: str) -> Path:
     return ROOT / ".mutmut" / module.removesuffix(".py").replace("/", ".")
 
 
-def prepare(module: str, folder: Path, fresh: bool, tests: list[str] | None = None) -> None:
-    """Copy the packages and tests into ``folder`` and write its ``[mutmut]`` section for ``module`` (its tests:
-    ``tests``, or the module's own list in TARGETS)."""
+def prepare(module: str, folder: Path, fresh: bool, tests: list[str]) -> None:
+    """Copy the packages and tests into ``folder`` and write its ``[mutmut]`` section: mutate ``module``, run
+    ``tests``."""
     if fresh and folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ def prepare(module: str, folder: Path, fresh: bool, tests: list[str] | None = No
     config["mutmut"] = {
         "source_paths": "\nerl_envs\nerl_agents",
         "only_mutate": f"\n{module}",
-        "pytest_add_cli_args_test_selection": "\n" + "\n".join(tests or TARGETS[module]),
+        "pytest_add_cli_args_test_selection": "\n" + "\n".join(tests),
         "pytest_add_cli_args": "\n-p\nno:cacheprovider",
         # Tests that run an example script or read a benchmark's helpers find them beside the mutated packages.
         "also_copy": "\nexamples\nbenchmarks",
@@ -97,7 +97,7 @@ def prepare(module: str, folder: Path, fresh: bool, tests: list[str] | None = No
         config.write(handle)
 
 
-def summarise(folder: Path, module: str, tests: list[str] | None = None) -> dict:
+def summarise(folder: Path, module: str, tests: list[str]) -> dict:
     """Mutant counts by status, read from the meta file mutmut writes beside the mutated module."""
     from mutmut.stats import status_by_exit_code
 
@@ -108,7 +108,7 @@ def summarise(folder: Path, module: str, tests: list[str] | None = None) -> dict
     caught = counts["killed"] + counts["timeout"] + counts["segfault"]
     return {
         "module": module,
-        "tests": tests or TARGETS[module],
+        "tests": tests,
         "mutants": len(statuses),
         "counts": dict(sorted(counts.items())),
         "score": caught / tested if tested else None,
@@ -143,16 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.error("mutmut is not installed: pip install -e '.[dev]'")
     folder = scratch_folder(args.module)
-    prepare(args.module, folder, fresh=not args.resume, tests=args.tests)
+    tests = args.tests or TARGETS[args.module]
+    prepare(args.module, folder, fresh=not args.resume, tests=tests)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     # The scratch copy must be what the tests import: drop path entries pointing at the repository itself.
     env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != ROOT)
-    command = ["nice", "-n", str(args.nice), sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
-               *args.only]
+    command = ["nice", "-n", str(args.nice), sys.executable, "-m", "mutmut", "run",
+               "--max-children", str(args.max_children), *args.only]
     print("running", " ".join(command), "in", folder, flush=True)
     code = subprocess.run(command, cwd=folder, env=env).returncode
-    summary = summarise(folder, args.module, args.tests)
+    summary = summarise(folder, args.module, tests)
     summary["only"] = args.only
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     score = "n/a" if summary["score"] is None else f"{summary['score']:.3f}"
