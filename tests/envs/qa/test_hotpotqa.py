@@ -15,6 +15,7 @@ from erl_envs import protocol
 from erl_envs.qa import prompts as qa_prompts
 from erl_envs.qa.hotpotqa import MAX_REPLY_CHARS, HotpotQAEnv
 from erl_envs.qa.data import DataError
+from erl_envs.qa.results import TRUNCATION_MARK
 from erl_envs.qa.search import BM25Index
 from erl_envs.reflection import ReflectionWrapper
 from paths import ROOT
@@ -547,3 +548,251 @@ def test_the_per_question_index_uses_the_envs_bm25_settings():
     twin = BM25Index(env.unwrapped._passages, ids=range(len(env.unwrapped._passages)), k1=0.4, b=0.2,
                      idf=env.unwrapped._idf, tokenizer=env.unwrapped._tokenizer)
     assert index.search("founded Dulind", 3) == twin.search("founded Dulind", 3)
+
+
+# ------------------------------------------------------------------------------------------------ arguments, cache
+
+
+def test_the_defaults_are_the_documented_ones():
+    """The docstring's defaults (the paper's 5 turns, 5 passages, F1 0.3; BM25 k1 1.5, b 0.75, Lucene idf, no
+    stop-words, Unicode folding), and the names the reflection wrapper reads."""
+    from erl_envs.qa.data import load_questions
+
+    env = make(data="synthetic").unwrapped
+    assert (env.max_turns, env.top_k, env.max_top_k, env.max_passage_chars) == (5, 5, 10, 600)
+    assert (env.max_query_chars, env.max_reply_chars, env.f1_threshold) == (300, MAX_REPLY_CHARS, 0.3)
+    assert (env.protocol, env.scoring, env.answer_extraction, env.mode) == ("extended", "official", "boxed", "open")
+    assert (env._k1, env._b, env._idf) == (1.5, 0.75, "lucene")
+    assert env._tokenizer.stopwords == frozenset() and env._tokenizer.fold is True
+    assert (env.game_name, env.prompt_set, env.prompt_style) == ("HotpotQA", "lenient", "qa")
+    assert make(data="synthetic", protocol="paper").unwrapped.prompt_set == "paper"
+    # The synthetic generator's defaults: 200 questions from its seed 0.
+    assert [q.id for q in env.questions] == [q.id for q in load_questions("synthetic", num_questions=200, seed=0)]
+    space = env.action_space
+    assert (space.min_length, space.max_length, space.character_set) == (0, 65_536, env.observation_space.character_set)
+    assert space.contains("")  # an empty reply is a valid (unanswered) action
+    stop = make(data="synthetic", stopwords=True, fold_unicode=False).unwrapped._tokenizer
+    assert "the" in stop.stopwords and stop.fold is False
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("protocol", "fancy", "protocol must be one of ['paper', 'extended'], got 'fancy'"),
+    ("scoring", "fancy", "scoring must be one of ['official', 'unicode'], got 'fancy'"),
+    ("answer_extraction", "fancy", "answer_extraction must be one of ['boxed', 'paper'], got 'fancy'"),
+    ("max_turns", 0, "max_turns must be a positive int, got 0"),
+    ("top_k", 0, "top_k must be a positive int, got 0"),
+    ("max_top_k", 0, "max_top_k must be a positive int, got 0"),
+    ("max_passage_chars", 0, "max_passage_chars must be a positive int, got 0"),
+    ("max_query_chars", 0, "max_query_chars must be a positive int, got 0"),
+    ("max_reply_chars", 2.5, "max_reply_chars must be a positive int, got 2.5"),
+    ("idf", "tfidf", "idf must be one of ['okapi', 'lucene'], got 'tfidf'"),
+])
+def test_each_bad_argument_gets_an_error_naming_it(name, value, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        make(**{name: value})
+
+
+def test_max_passage_chars_none_means_whole_passages():
+    long_text = "Osk " + "word " * 300
+    env = make(data=[{"question": "Q?", "answer": "x", "context": [["Long", [long_text]], ["B", ["b"]]]}],
+               max_passage_chars=None, protocol="paper")
+    assert env.unwrapped.max_passage_chars is None
+    obs = play(env, [_paper_call("Osk", 1)])[-1][0]
+    assert long_text.strip() in obs
+
+
+def test_envs_share_a_source_only_when_every_argument_that_shapes_it_agrees(tmp_path):
+    """Sources are shared by their arguments' key: a shared one saves memory, a wrongly shared one is a silent wrong
+    data set. Each argument that changes the questions or passages must change the key."""
+    def questions(**kwargs):
+        return [q.id for q in make(**kwargs).unwrapped.questions]
+
+    assert questions(data="synthetic", num_questions=20, seed=1) != questions(data="synthetic", num_questions=20,
+                                                                            seed=2)
+    assert len(questions(data="synthetic", num_questions=21, seed=1)) == 21
+    assert len(questions(data="synthetic", num_questions=21, seed=1, limit=4)) == 4
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    assert questions(data=path) == ["q-yes", "q-river"] and questions(data=path, limit=1) == ["q-yes"]
+    # Two in-memory data sets (no key at all) never share.
+    assert questions(data=QUESTIONS[:1]) == ["q-yes"] and questions(data=QUESTIONS[1:]) == ["q-river"]
+    # The same file and arguments share one source; a corpus file takes part in the key.
+    corpus_a, corpus_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    corpus_a.write_text(json.dumps({"id": "a1", "title": "Dulind", "text": "A city."}) + "\n")
+    corpus_b.write_text(json.dumps({"id": "b1", "title": "Dulind", "text": "A city."}) + "\n")
+    first, again = make(data=path, corpus=corpus_a), make(data=path, corpus=corpus_a)
+    assert first.unwrapped._source is again.unwrapped._source
+    assert [p.id for p in make(data=path, corpus=corpus_b).unwrapped._source.passages] == ["b1"]
+    # In-memory corpora are not keyed: each env reads its own.
+    assert [p.id for p in make(data=path, corpus=[{"id": "m1", "title": "T", "text": "x"}]).unwrapped._source
+            .passages] == ["m1"]
+    assert [p.id for p in make(data=path, corpus=[{"id": "m2", "title": "T", "text": "x"}]).unwrapped._source
+            .passages] == ["m2"]
+
+
+def test_two_files_of_the_same_size_and_time_are_not_confused(tmp_path):
+    """A file's key is its resolved path with its time and size: another file with the same time and size is
+    still another source."""
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(json.dumps(QUESTIONS[0] | {"id": "q-aaa"}) + "\n")
+    two.write_text(json.dumps(QUESTIONS[0] | {"id": "q-bbb"}) + "\n")
+    stamp = one.stat().st_mtime_ns
+    import os
+
+    os.utime(two, ns=(stamp, stamp))
+    assert one.stat().st_size == two.stat().st_size
+    assert [q.id for q in make(data=one).unwrapped.questions] == ["q-aaa"]
+    assert [q.id for q in make(data=two).unwrapped.questions] == ["q-bbb"]
+
+
+def test_an_hf_spec_source_is_keyed_by_its_split(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    folder = tmp_path / "two_splits"
+    folder.mkdir()
+    for split, ids in (("validation", ["v1"]), ("train", ["t1", "t2"])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(QUESTIONS[0] | {"id": i}) + "\n" for i in ids))
+    assert [q.id for q in make(data=f"hf:{folder}", split="train").unwrapped.questions] == ["t1", "t2"]
+    assert [q.id for q in make(data=f"hf:{folder}", split="validation").unwrapped.questions] == ["v1"]
+
+
+def test_a_tokenizer_without_a_cache_key_works_and_indexes_the_open_corpus():
+    """Any callable str -> list[str] is a tokenizer; one without ``cache_key`` just goes uncached. The open-mode
+    index is built with it and the env's k1 and b."""
+    def prefixes(text):  # 3-letter word prefixes: "Dulindian" matches "Dul"
+        return [w[:3].lower() for w in text.split()]
+
+    env = make(tokenizer=prefixes, k1=0.9, b=0.4)
+    index = env.unwrapped._source.index
+    assert (index.k1, index.b) == (0.9, 0.4)
+    passages = env.unwrapped._source.passages
+    twin = BM25Index(passages, ids=range(len(passages)), k1=0.9, b=0.4, idf="lucene", tokenizer=prefixes)
+    assert (index.scores("Dulxx") == twin.scores("Dulxx")).all() and index.scores("Dulxx").max() > 0
+    env.reset(options={"index": 1})
+    assert env.step("<search>Dulxx</search>")[4]["results"]
+
+
+# ------------------------------------------------------------------------------------------------ steps
+
+
+def test_the_feedback_names_the_verdict_and_echoes_the_answer():
+    """Each ending's feedback line; F1 exactly at the threshold is partial credit; an F1 of 1 without exact match
+    is 'correct' only under the paper protocol."""
+    from erl_envs.qa.scoring import token_f1
+
+    def ending(reply, **kwargs):
+        return play(make(**kwargs), [reply], options={"index": 1})[-1]
+
+    obs, reward, _, _, info = ending("\\boxed{Marn River}")
+    assert info["feedback"] == info["episode_feedback"] == 'answered correctly with "Marn River" (exact match)'
+    assert obs == f"Episode over: {info['episode_feedback']}" and reward == 1.0
+    assert info["num_calls"] == 0 and info["took_effect"] is True and info["action"] == "answer"
+    assert ending("\\boxed{Dulind}")[4]["feedback"] == 'answered wrong with "Dulind" (token F1 0.00)'
+    f1 = token_f1("Marn", "Marn River")
+    _, reward, _, _, info = ending("\\boxed{Marn}", f1_threshold=f1)
+    assert reward == f1 and info["feedback"] == 'answered partially correctly with "Marn" (token F1 0.67, no exact match)'
+    assert ending("\\boxed{River Marn}")[4]["feedback"] == \
+        'answered partially correctly with "River Marn" (token F1 1.00, no exact match)'
+    assert ending("\\boxed{River Marn}", protocol="paper")[4]["feedback"] == \
+        'answered correctly with "River Marn" (token F1 1.00: the gold answer\'s words, not an exact match)'
+    # An echoed answer of exactly 200 characters is shown whole; one more is cut.
+    for length, cut in ((200, False), (201, True)):
+        shown = ending("\\boxed{" + "a" * length + "}")[4]["feedback"]
+        assert (f'"{"a" * 200}{TRUNCATION_MARK}"' if cut else f'"{"a" * 200}"') in shown
+
+
+def test_the_scoring_choice_reaches_the_reward():
+    curly = "\\boxed{“Marn River”}"  # typographic quotes: Unicode punctuation, kept by the official normalisation
+    assert play(make(), [curly], options={"index": 1})[-1][1] < 1.0
+    assert play(make(scoring="unicode"), [curly], options={"index": 1})[-1][1] == 1.0
+
+
+def test_an_answer_with_a_lone_surrogate_is_reported_utf8_safe():
+    info = play(make(), ["\\boxed{Marn\ud800 River}"], options={"index": 1})[-1][4]
+    info["answer"].encode("utf-8")
+    assert "\ud800" not in info["feedback"]
+
+
+def test_the_search_feedback_line_and_the_turns_left():
+    _, _, _, _, info = play(make(), ["<search>Osk Works</search>"], options={"index": 1})[-1]
+    assert info["feedback"] == f'searched "Osk Works": {len(info["results"])} passages, top: "Osk Works"'
+    assert (info["turn"], info["turns_left"]) == (1, 4)
+    assert info["results"][0]["score"] == round(info["results"][0]["score"], 4) != 0
+
+
+def test_a_search_for_an_exact_title_shows_that_passage_first_even_at_top_k_1():
+    """'Dulind' is the title of a passage that never says 'Dulind' in its text, while others say it many times: BM25
+    alone ranks it below them, the title rule puts it first, even when only one hit is asked for."""
+    corpus = [{"id": "loud", "title": "Loud", "text": "Dulind Dulind Dulind Dulind Dulind."},
+              {"id": "city", "title": "Dulind", "text": "A city on a river."},
+              {"id": "other", "title": "Other", "text": "Dulind again Dulind."}]
+    env = make(data=[{"question": "Q?", "answer": "x"}], corpus=corpus)
+    index = env.unwrapped._source.index
+    assert index.scores("Dulind").argmax() != 1  # BM25 alone would not put it first
+    for reply, ids in (('{"name": "search", "arguments": {"query": "Dulind", "top_k": 1}}', ["city"]),
+                       ('{"name": "search", "arguments": {"query": "Dulind", "top_k": 2}}', ["city", "loud"])):
+        info = play(env, [reply])[-1][4]
+        assert [r["id"] for r in info["results"]] == ids
+    paper = make(data=[{"question": "Q?", "answer": "x"}], corpus=corpus, protocol="paper")
+    assert [r["id"] for r in play(paper, [_paper_call("Dulind", 1)])[-1][4]["results"]] == ["city"]
+    assert len(play(paper, [_paper_call("Dulind")])[-1][4]["results"]) == 3  # no top_k: the protocol's 5, capped
+    assert play(paper, [_paper_call("Dulind", 0)])[-1][4]["results"] == []  # the reference's tool asks for 0
+
+
+def test_the_end_of_an_unanswered_episode_is_one_line_after_the_results():
+    """The 'Episode over' line follows the last results on its own line: one newline, never an empty line."""
+    for protocol, call in (("extended", "<search>Osk</search>"), ("paper", _paper_call("Osk"))):
+        obs = play(make(max_turns=1, protocol=protocol), [call], options={"index": 1})[-1][0]
+        assert "\nEpisode over: ran out of turns" in obs and "\n\nEpisode over" not in obs, protocol
+
+
+def test_human_rendering_prints_every_observation(capsys):
+    env = make(render_mode="human")
+    obs, _ = env.reset(options={"index": 1})
+    assert capsys.readouterr().out == obs + "\n"
+    obs = env.step("<search>Osk</search>")[0]
+    assert capsys.readouterr().out == obs + "\n"
+    silent = make()
+    silent.reset(options={"index": 1})
+    silent.step("<search>Osk</search>")
+    assert capsys.readouterr().out == ""
+
+
+def test_a_failed_reset_leaves_nothing_steppable():
+    env = make()
+    with pytest.raises(gym.error.ResetNeeded):
+        env.unwrapped.step("\\boxed{x}")  # never reset
+    env.reset(options={"index": 0})
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"bogus": 1})
+    with pytest.raises(gym.error.ResetNeeded):
+        env.unwrapped.step("\\boxed{x}")
+    with pytest.raises(TypeError, match="^the reset option 'index' must be an int, got str$"):
+        env.reset(options={"index": "1"})
+
+
+def test_the_per_question_index_table_is_bounded(monkeypatch):
+    from erl_envs.qa import hotpotqa
+
+    monkeypatch.setattr(hotpotqa, "_QUESTION_INDEXES", 2)
+    env = make(data="synthetic", num_questions=5, mode="distractor")
+    for position in range(3):
+        env.reset(options={"index": position})
+        assert len(env.unwrapped._source.question_indexes) <= 2
+    assert list(env.unwrapped._source.question_indexes) == [2]  # full at the third: emptied, then the new one
+
+
+def test_the_observation_bound_is_tight_for_the_fullest_search_turn():
+    """The observation space's max_length sizes an async vector env's shared memory: it must hold the fullest turn
+    the extended protocol can produce (8 calls, each the longest query and 10 of the longest, cut passages) and
+    not waste more than a tenth of it."""
+    title = "T" * 90
+    corpus = [{"id": f"p{i}", "title": f"{title}{i}", "text": "needle " * 200} for i in range(10)]
+    env = make(data=[{"question": "Where is the needle?", "answer": "x"}], corpus=corpus)
+    query = "needle " * 60  # 420 characters: cut to max_query_chars
+    call = json.dumps({"name": "search", "arguments": {"query": query, "top_k": 10}})
+    obs = play(env, [" ".join([call] * 8)])[-1][0]
+    bound = env.observation_space.max_length
+    assert obs.count("Search results for") == 8
+    assert 0.9 * bound <= len(obs) <= bound, (len(obs), bound)

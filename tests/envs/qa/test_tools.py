@@ -192,3 +192,81 @@ def test_the_answer_extraction_and_protocol_reach_the_reply_reader(protocol):
     # reads tool calls as the Hermes parser does: inside <tool_call> tags).
     bare = '{"name": "search", "arguments": {"query": "Osk"}}'
     assert parse_qa_reply(bare, "boxed", protocol).kind == ("search" if protocol == "extended" else "answer")
+
+
+# ------------------------------------------------------------------------------------------------ the scanners
+
+SEARCH_Q = '{"name": "search", "arguments": {"query": "q"}}'
+
+
+def kinds(reply):
+    return [(c.kind, c.query or c.error) for c in parse_qa_calls(reply)]
+
+
+def test_bare_json_lists_are_read_from_their_bracket():
+    """A bare list of calls is one call per item (a non-call item is an invalid call): read from its '[', which may
+    start the reply or follow prose directly; a '[' with other text before the object is prose."""
+    not_a_call = ("invalid", 'a tool call must look like {"name": "search", "arguments": {"query": "..."}}')
+    for prefix in ("", "Calls:", "See [1] and then: "):
+        assert kinds(prefix + "[" + SEARCH_Q + ", 5]") == [("search", "q"), not_a_call], prefix
+    assert kinds("[a " + SEARCH_Q + "]") == [("search", "q")]  # '[a ' is prose: the object alone is the call
+
+
+def test_the_bare_scanner_skips_what_it_has_read_and_what_is_not_a_call():
+    """Keys inside a call's arguments that look like a call's start are part of that call; an undecodable span far
+    from any search name is prose; both are skipped and the scan goes on."""
+    nested = '{"name": "search", "arguments": {"name": "inner", "query": "a"}}'
+    assert kinds(nested + " and " + SEARCH_Q) == [("search", "a"), ("search", "q")]
+    prose = '{"parameters": oops ' + "x" * 250 + " " + SEARCH_Q
+    assert kinds(prose) == [("search", "q")]
+
+
+def test_a_broken_call_is_one_whose_search_name_is_within_200_characters_of_its_start():
+    for gap, broken in ((0, True), (200 - len('{"arguments": oops, "name": "search"'), True),
+                        (201 - len('{"arguments": oops, "name": "search"'), False)):
+        reply = '{"arguments": oops, ' + " " * gap + '"name": "search"'
+        calls = parse_qa_calls(reply)
+        if broken:
+            assert calls == [QAReply("invalid", error="the tool call is not valid JSON (Expecting value at char "
+                                                      "14)")], gap
+        else:
+            assert calls[0].kind == "answer", gap
+
+
+def test_the_bare_scanner_tries_at_most_16_candidates():
+    """Decoding is linear in the reply, so at most 16 call-like spans are tried: a call after 15 undecodable spans
+    is read, after 16 it is not (the reply is then an answer)."""
+    junk = ('{"name": x ' + "." * 210 + " ")
+    assert kinds(junk * 15 + SEARCH_Q) == [("search", "q")]
+    assert parse_qa_calls(junk * 16 + SEARCH_Q)[0].kind == "answer"
+
+
+def test_unclosed_search_tags():
+    """Only the last unclosed <search> is reported, and a stray </search> before it does not close it."""
+    unclosed = ("invalid", "the <search> tag is not closed by </search>")
+    assert kinds("<search>a</search> <search>b") == [("search", "a"), unclosed]
+    assert kinds("<search>a <search>b") == [unclosed]
+    assert kinds("</search> oops <search>b") == [unclosed]
+
+
+def test_tagged_calls_keep_their_order_and_fenced_multiline_json():
+    listed = '<tool_call>[{"name": "search", "arguments": {"query": "x"}}, ' \
+             '{"name": "search", "arguments": {"query": "y"}}]</tool_call>'
+    assert kinds(listed) == [("search", "x"), ("search", "y")]
+    fenced = '<tool_call>\n```json\n{"name": "search",\n "arguments": {"query": "q"}}\n```\n</tool_call>'
+    assert kinds(fenced) == [("search", "q")]
+
+
+def test_tagged_objects_that_are_not_calls_are_one_invalid_call():
+    not_a_call = ("invalid", 'a tool call must look like {"name": "search", "arguments": {"query": "..."}}')
+    assert kinds('<tool_call>{"tool": "search"}</tool_call>') == [not_a_call]
+    assert kinds('<tool_call>[{"x": 1}, ' + SEARCH_Q + ']</tool_call>') == [not_a_call]
+    assert kinds('<tool_call>{"name": "search"}</tool_call>') == [("invalid",
+                                                                   'the search call needs a "query" string')]
+
+
+def test_the_paper_tool_reads_a_boolean_top_k_as_an_int():
+    from erl_envs.qa.tools import parse_paper_calls
+
+    call = '<tool_call>{"name": "local_search", "arguments": {"query": "q", "top_k": true}}</tool_call>'
+    assert parse_paper_calls(call) == [QAReply("search", query="q", top_k=1)]
