@@ -120,7 +120,7 @@ def summarise(folder: Path, module: str, tests: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", nargs="?", choices=sorted(TARGETS), help="the module to mutate")
-    parser.add_argument("--only", action="append", default=[],
+    parser.add_argument("--only", action="extend", nargs="+", default=[], metavar="NAME",
                         help="mutant name globs to run (e.g. '*group_advantages*'); the rest stay unchecked")
     parser.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--resume", action="store_true",

@@ -351,3 +351,142 @@ def test_lucene_idf_is_the_plus_one_formula():
         # A one-word query on a passage holding the term once: idf * (k1 + 1) / (1 + k1).
         hit = texts.index(next(t for t in texts if term in t.split()))
         assert index.scores(term)[hit] == pytest.approx(idf, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ every build path
+
+
+class RawTokenizer:
+    """Whitespace words as they are (lone surrogates included), cacheable."""
+
+    cache_key = "raw-split-v1"
+
+    def __call__(self, text):
+        return text.split()
+
+
+def test_cached_builds_the_index_those_settings_build_on_every_path(tmp_path, monkeypatch):
+    """``cached`` has five ways to an index: a tokenizer without a cache key, the disk turned off, a first build
+    saved to a folder, a load from that folder, and the default folder. Each must be what ``BM25Index(...)`` with
+    the same ids, k1, b, epsilon, idf and tokenizer builds."""
+    from types import SimpleNamespace
+
+    texts = random_corpus(40, seed=5)
+    passages = [{"id": f"d{i}", "title": f"w{i} title", "text": t} if i % 2 else SimpleNamespace(title=f"w{i}", text=t)
+                for i, t in enumerate(texts)]
+    settings = dict(k1=0.7, b=0.3, epsilon=0.6, idf="okapi")
+    default_ids = [f"d{i}" if i % 2 else i for i in range(len(texts))]  # a dict's id, else the position
+
+    def uncacheable(text):
+        return text.lower().split()
+
+    raw = RawTokenizer()
+    built = {tokenizer: BM25Index(passages, tokenizer=tokenizer, **settings) for tokenizer in (uncacheable, raw)}
+
+    def check(index, tokenizer):
+        fresh = built[tokenizer]
+        assert fresh.ids == default_ids
+        assert index.ids == default_ids and index.tokenizer is tokenizer
+        assert (index.k1, index.b, index.epsilon, index.idf_kind) == (0.7, 0.3, 0.6, "okapi")
+        assert (index.average_idf, index.avgdl) == (fresh.average_idf, fresh.avgdl)
+        for query in ("w1 w2", "w3 common", "w7 title"):
+            np.testing.assert_allclose(index.scores(query), fresh.scores(query), rtol=1e-12)
+            assert index.search(query, 4) == fresh.search(query, 4)
+        assert index.title_matches("w3 title") == [3] and index.title_matches("w4") == [4]
+
+    check(BM25Index.cached(passages, tokenizer=uncacheable, cache_dir=tmp_path, **settings), uncacheable)
+    check(BM25Index.cached(passages, tokenizer=raw, cache_dir=False, **settings), raw)
+    search._LIVE_INDEXES.clear()
+    check(BM25Index.cached(passages, tokenizer=raw, cache_dir=tmp_path / "a" / "b", **settings), raw)  # built, saved
+    search._LIVE_INDEXES.clear()
+    monkeypatch.setattr(BM25Index, "__init__", lambda *args, **kwargs: pytest.fail("rebuilt instead of loaded"))
+    check(BM25Index.cached(passages, tokenizer=raw, cache_dir=tmp_path / "a" / "b", **settings), raw)
+    monkeypatch.undo()
+    monkeypatch.setenv("ERL_GYM_CACHE", str(tmp_path / "home"))
+    search._LIVE_INDEXES.clear()
+    check(BM25Index.cached(passages, tokenizer=raw, cache_dir=True, **settings), raw)
+    assert len(list((tmp_path / "home" / "bm25").glob("*.npz"))) == 1
+
+
+def test_lone_surrogates_survive_the_cache_key_and_a_save_and_load(tmp_path):
+    """Text read with surrogateescape (or broken JSON) can hold lone surrogates: the cache key and the saved
+    vocabulary carry them through instead of failing."""
+    texts = ["caf\udce9 au lait", "plain text", "more plain words"]
+    raw = RawTokenizer()
+    first = BM25Index.cached(texts, tokenizer=raw, cache_dir=tmp_path)
+    assert first.scores("caf\udce9")[0] > 0
+    path = tmp_path / f"{first.cache_key}.npz"
+    loaded = BM25Index.load(path, texts, tokenizer=raw)
+    np.testing.assert_array_equal(loaded.scores("caf\udce9 plain"), first.scores("caf\udce9 plain"))
+
+
+def test_the_cache_file_name_is_a_stable_hash_of_what_the_index_depends_on():
+    """The key is the sha256 of a header (format, tokenizer key, k1, b, epsilon, passage count, and the idf unless it
+    is okapi: okapi files keep the names they had before the choice) and of each id and text behind its length as 8
+    little-endian bytes. Written out here so that a change to it, which orphans every cache file, is deliberate."""
+    import hashlib
+
+    def expected(texts, ids, kind):
+        h = hashlib.sha256(f"bm25:1:tok:1.5:0.75:0.25:{len(texts)}{kind}".encode())
+        for pid, text in zip(ids, texts):
+            data = f"{pid!r}\x1f{text}".encode("utf-8", "surrogatepass")
+            h.update(len(data).to_bytes(8, "little") + data)
+        return h.hexdigest()
+
+    texts, ids = ["one two", "thr\udce9e"], [0, "b"]
+    assert BM25Index.content_key(texts, ids, "tok", 1.5, 0.75, 0.25) == expected(texts, ids, "")
+    assert BM25Index.content_key(texts, ids, "tok", 1.5, 0.75, 0.25, "okapi") == expected(texts, ids, "")
+    assert BM25Index.content_key(texts, ids, "tok", 1.5, 0.75, 0.25, "lucene") == expected(texts, ids, ":idf=lucene")
+
+
+def _rewrite(path, **changes):
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays.update(changes)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: {"idf": a["idf"][:-1]}, "does not match the corpus"),
+    (lambda a: {"doc_len": a["doc_len"][:-1]}, "does not match the corpus"),
+    (lambda a: {"indices": a["indices"] + 1000}, r"indices must be < \d+"),
+    (lambda a: {"format": np.array([7])}, "has cache format 7, expected 1"),
+])
+def test_a_cache_file_that_does_not_fit_is_refused_and_rebuilt(tmp_path, change, message):
+    """A cache file is data a user may receive: every array must fit the corpus and each other (vocabulary, idf,
+    passage lengths, the sparse matrix's indices) before it is used; the cache then rebuilds it."""
+    texts = random_corpus(30, seed=3)
+    search._LIVE_INDEXES.clear()
+    first = BM25Index.cached(texts, cache_dir=tmp_path)
+    expected = first.scores("w1 w2")
+    path = tmp_path / f"{first.cache_key}.npz"
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    _rewrite(path, **change(arrays))
+    with pytest.raises(ValueError, match=message):
+        BM25Index.load(path, texts)
+    search._LIVE_INDEXES.clear()
+    del first
+    with pytest.warns(UserWarning, match="rebuilding the BM25 index"):
+        again = BM25Index.cached(texts, cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.scores("w1 w2"), expected)
+
+
+def test_the_bm25_parameter_bounds_are_inclusive_and_untitled_passages_index_their_text():
+    from types import SimpleNamespace
+
+    for k1, b in ((0.0, 0.5), (1.2, 0.0), (1.2, 1.0)):
+        index = BM25Index(["a b", "c", "d e f"], k1=k1, b=b, idf="lucene")
+        assert (index.k1, index.b) == (k1, b) and [i for i, _ in index.search("a")] == [0]
+    assert BM25Index(["a b"]).cache_key is None  # only cached() names its index
+    # A passage without a title is its text alone: no "None" line, no title entry.
+    index = BM25Index([{"text": "alpha"}, SimpleNamespace(text="beta"), {"title": "", "text": "none"}])
+    assert index.scores("none").tolist()[:2] == [0.0, 0.0] and index.ids == [0, 1, 2]
+    assert index.title_matches("none") == [] and index.title_matches("alpha") == []
+
+
+def test_an_index_of_passages_without_words_has_zero_average_idf():
+    for idf in ("okapi", "lucene"):
+        index = BM25Index(["...", "!!"], idf=idf)
+        assert index.average_idf == 0.0 and index.scores("anything").tolist() == [0.0, 0.0]
