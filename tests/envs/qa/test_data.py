@@ -1,6 +1,8 @@
 """Loading questions and corpora from every supported source, the synthetic generator, and clear data errors."""
 
 import json
+import re
+import warnings
 from collections import Counter
 
 import pandas as pd
@@ -391,3 +393,117 @@ def test_hf_spec_takes_its_split_from_the_spec_or_the_argument(tmp_path, monkeyp
         load_questions(f"hf:{folder}")
     with pytest.raises(DataError, match="bad datasets spec 'hf:a:b:c:d'"):
         load_questions("hf:a:b:c:d")
+
+
+# ------------------------------------------------------------------------------------------------ edges
+
+
+def test_duplicate_ids_are_refused_naming_the_source_both_positions_and_why(tmp_path):
+    records = [HF_RECORD, OFFICIAL_RECORD, HF_RECORD]
+    with pytest.raises(DataError, match=r"^data: records 0 and 2 have the same id 'q1'; ids must be unique \(question "
+                                        r"ids are the task ids\)$"):
+        load_questions(records)
+    with pytest.raises(DataError, match=r"^d\.jsonl: records 0 and 2 have the same id"):
+        load_questions(write_jsonl(tmp_path / "d.jsonl", records))
+    passages = [{"id": "p", "title": "A", "text": "a"}, {"id": "p", "title": "B", "text": "b"}]
+    with pytest.raises(DataError, match=r"^corpus: passages 0 and 1 have the same id 'p'; ids must be unique \(search "
+                                        r"results name passages by id\)$"):
+        load_corpus(passages)
+    path = write_jsonl(tmp_path / "c.jsonl", passages)
+    with pytest.raises(DataError, match="^" + re.escape(f"{path}: passages 0 and 1")):
+        load_corpus(path)
+
+
+def test_a_synthetic_limit_keeps_the_first_questions():
+    every = load_questions("synthetic", num_questions=10, seed=3)
+    assert len(every) == 10 and load_questions("synthetic", num_questions=10, seed=3, limit=4) == every[:4]
+
+
+def test_datasets_objects_name_themselves_in_errors_and_ids():
+    import datasets
+
+    unnamed = datasets.Dataset.from_list([{"question": "Q?", "answer": "A"}, {"question": "R?", "answer": "B"}])
+    assert [q.id for q in load_questions(unnamed)] == ["dataset-0", "dataset-1"]
+    assert [q.id for q in load_questions(datasets.DatasetDict({"only": unnamed}))] == ["dataset-0", "dataset-1"]
+    two = datasets.DatasetDict({"train": unnamed, "test": unnamed})
+    with pytest.raises(DataError, match=r"^the DatasetDict has splits \['train', 'test'\]; choose one"):
+        load_questions(two)
+    bad = datasets.Dataset.from_list([{"question": "Q?", "answer": None}])
+    with pytest.raises(DataError, match="^dataset, record 0: no gold answer"):
+        load_questions(bad)
+    corpus = datasets.Dataset.from_list([{"id": "d1", "title": "T", "text": "words"}, {"id": "d2", "title": None,
+                                                                                      "text": None}])
+    with pytest.raises(DataError, match="^corpus dataset, passage 1: no 'text'"):
+        load_corpus(corpus)
+    assert load_corpus(corpus.select([0])) == [Passage("d1", "T", "words")]
+
+
+def test_an_hf_spec_is_path_config_and_split(monkeypatch):
+    """``hf:<path>[:<config>[:<split>]]`` reaches ``datasets.load_dataset`` part by part; a split in the spec wins
+    over the argument; a DatasetDict that comes back is split as the spec or argument says, or named in the error."""
+    import datasets
+
+    calls = []
+    one = datasets.Dataset.from_list([{"question": "Q?", "answer": "A"}])
+
+    def load_dataset(path, config=None, split=None):
+        calls.append((path, config, split))
+        return one if split else datasets.DatasetDict({"validation": one, "train": one.select([])})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    assert [q.id for q in load_questions("hf:org/name:cfg:validation", split="train")] == ["org/name-0"]
+    load_questions("hf:org/name:cfg", split="validation")
+    with pytest.raises(DataError, match=r"^hf:org/name has splits \['validation', 'train'\]; choose one"):
+        load_questions("hf:org/name")
+    assert calls == [("org/name", "cfg", "validation"), ("org/name", "cfg", "validation"), ("org/name", None, None)]
+
+
+def test_record_fields_in_their_other_forms(tmp_path):
+    import numpy as np
+
+    assert question_from_record(HF_RECORD).level == "easy"
+    # Answers as any iterable, numpy scalars as their values.
+    assert question_from_record({"question": "Q?", "answers": frozenset({"Dulind"})}).answers == ("Dulind",)
+    assert question_from_record({"question": "Q?", "answer": np.int64(1999)}).answers == ("1999",)
+    assert question_from_record({"question": "Q?", "answer": np.float64(4.0)}).answers == ("4",)
+    official = OFFICIAL_RECORD | {"supporting_facts": [["Dulind", np.int64(1)]]}
+    assert question_from_record(official).supporting_facts == (("Dulind", 1),)
+    with pytest.raises(DataError, match="titles and sentences must be strings, got 7"):
+        question_from_record(OFFICIAL_RECORD | {"context": [[7, ["A sentence."]]]})
+    # A dense-retriever dump's contents: the first line is the quoted title, the rest (newlines kept) the text.
+    assert load_corpus([{"id": 1, "contents": '"Osk Works"\nline one\nline two'}]) == [
+        Passage("1", "Osk Works", "line one\nline two")]
+    assert load_corpus([{"text": "untitled"}]) == [Passage("0", "", "untitled")]
+    # A JSON file may wrap its records in {"data": [...]}.
+    (tmp_path / "wrapped.json").write_text(json.dumps({"version": 1, "data": [HF_RECORD]}))
+    assert [q.id for q in load_questions(tmp_path / "wrapped.json")] == ["q1"]
+
+
+def test_fact_checks_count_every_problem_and_the_last_sentence_bound():
+    bad = HF_RECORD | {"id": "b1", "supporting_facts": {"title": ["Dulind"], "sent_id": [2]}}  # it has 2: 0 and 1
+    worse = HF_RECORD | {"id": "b2", "supporting_facts": {"title": ["Nowhere"], "sent_id": [0]}}
+    with pytest.warns(RuntimeWarning, match=r"data: 2 supporting facts do not match .*\(record 0: 'Dulind' has no "
+                                            r"sentence 2 \(it has 2\); record 1: 'Nowhere' is not one of"):
+        load_questions([bad, worse])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # No paragraphs to check against (the paper's test sets): nothing to warn about.
+        load_questions([{"question": "Q?", "answer": "A", "supporting_facts": [["Anywhere", 3]]}])
+
+
+def test_blank_lines_are_skipped_and_the_record_size_bound_is_exact(tmp_path, monkeypatch):
+    from erl_envs.qa import data
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(HF_RECORD) + "\n\n   \n" + json.dumps(OFFICIAL_RECORD) + "\n")
+    assert [q.id for q in load_questions(path)] == ["q1", "q2"]
+    line = json.dumps({"question": "Q?", "answer": "A"})
+    monkeypatch.setattr(data, "MAX_RECORD_BYTES", len(line))
+    path.write_text(line)  # exactly the bound, no newline at the end
+    assert len(load_questions(path)) == 1
+    path.write_text(line + "\n")  # the bound and its newline
+    assert len(load_questions(path)) == 1
+    padded = json.dumps({"question": "Q?", "answer": "AB"})  # one byte over
+    path.write_text(padded + "\n")
+    with pytest.raises(DataError, match="line 1: longer than"):
+        load_questions(path)
