@@ -279,7 +279,6 @@ def test_synthetic_argument_checks():
 # --- the overlap check's question key, BOM, oversized lines, bad supporting facts, lone surrogates -------------------
 
 import html  # noqa: E402
-import warnings  # noqa: E402
 
 from erl_envs.qa.data import question_key  # noqa: E402
 
