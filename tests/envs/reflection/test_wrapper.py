@@ -3,6 +3,7 @@
 import json
 import random
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -965,3 +966,258 @@ def test_max_trace_field_chars_reaches_the_trace_of_every_prompt_set(prompts):
         if requests:
             break
     assert "characters omitted ...]" in requests[0].text
+
+
+# ----------------------------------------------------------------------------- smaller facts, one test each
+
+
+class Pit(Corridor):
+    """Corridor with a pit: "jump" ends the episode at once, unsolved (a terminated failure)."""
+
+    def step(self, action):
+        if action.strip() == "jump":
+            self.steps += 1
+            return self._obs(), 0.0, True, False, {}
+        return super().step(action)
+
+
+class Positions(Corridor):
+    """Reports Sokoban's position facts, and nothing else, after each step."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"position": (0, self.pos), "boxes": [(1, 2), (3, 4)],
+                                                    "goals": [(5, 6)]}
+
+
+def test_the_request_shows_the_attempts_last_observation_and_which_step_ended_it():
+    requests = []
+    env = ReflectionWrapper(Pit(), reflector=lambda r: requests.append(r) or GOOD_REFLECTION)
+    env.reset(seed=0)
+    observations = [env.step(a)[0] for a in ("left", "right")]
+    env.step("jump")
+    (request,) = requests
+    assert request.final_observation == observations[-1] and len(request.steps) == 3
+    assert [s.terminated for s in request.steps] == [False, False, True]
+    assert [s.truncated for s in request.steps] == [False, False, False]
+
+
+def test_position_facts_are_written_into_the_trace():
+    requests = []
+    env = ReflectionWrapper(Positions(), reflector=lambda r: requests.append(r) or GOOD_REFLECTION)
+    env.reset(seed=0)
+    fail_attempt(env)
+    line = requests[0].steps[0].positions
+    assert line.startswith("After it: player at (0, ") and line.endswith(
+        "); boxes at (1, 2), (3, 4); goals at (5, 6) (row, column from the top left, counting from 0).")
+
+
+def test_the_grid_symbols_reach_the_request():
+    requests = []
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=4),
+                            reflector=lambda r: requests.append(r) or GOOD_REFLECTION)
+    for seed in range(20):
+        env.reset(seed=seed)
+        for _ in range(40):
+            *_, terminated, truncated, info = env.step("Left")
+            if info["new_conversation"] or terminated or truncated:
+                break
+        if requests:
+            break
+    assert requests and requests[0].symbols is env.unwrapped.symbols
+
+
+def test_info_system_prompts_and_env_infos_on_every_path():
+    env = ReflectionWrapper(Corridor())
+    obs, info = env.reset(seed=1)
+    instructions = info["system_prompt"]
+    assert instructions == protocol.instructions_of(env.env)
+    assert env.step("left")[4]["system_prompt"] == instructions  # mid attempt 1
+    *_, info = succeed_attempt(env)
+    assert info["system_prompt"] == instructions and info["record"]["attempt1"]["system_prompt"] == instructions
+    # A reflection's first attempt-2 step hands over the inner env's reset info of the replay.
+    env = ReflectionWrapper(PartialCredit())
+    _, first = env.reset(seed=3)
+    env.step("answer: no")
+    *_, info = env.step("<prompt>Say exact.</prompt>")
+    assert info["env_info"] == first["env_info"] and info["env_info"]["task_id"].startswith("q")
+    # So does the no-reflection ablation's, with its own system prompt.
+    env = ReflectionWrapper(PartialCredit(), no_reflection=True)
+    env.reset(seed=3)
+    obs, _, _, _, info = env.step("answer: no")
+    assert info["env_info"] == first["env_info"] and info["phase"] == "attempt2"
+    assert info["system_prompt"].startswith(reflection_prompts.NO_REFLECTION_PROMPT.split("{")[0])
+    assert "answer: no" in info["system_prompt"]
+
+
+def test_the_paper_memory_rule_files_the_retry_prompt_under_the_task_text():
+    memory = _RecordingMemory()
+    env = ReflectionWrapper(PartialCredit(), memory=memory, memory_rule="paper")
+    env.reset(seed=2)
+    env.step("answer: wrong")
+    env.step("<prompt>Say exact.</prompt>")
+    *_, info = env.step("answer: exact")
+    assert memory.filed_under == [info["record"]["task_text"]] and memory.filed_under[0].startswith("question number")
+
+
+def test_a_gated_episode_never_claims_a_base_prompt_from_memory():
+    memory = ReflectionMemory()
+    memory.update("Remembered prompt.")
+    env = ReflectionWrapper(Corridor(), memory=memory)
+    env.reset(seed=1)
+    record = succeed_attempt(env)[4]["record"]
+    assert record["gated"] is True and record["base_prompt_from_memory"] is False
+    env.reset(seed=1)
+    fail_attempt(env)
+    env.step(GOOD_REFLECTION)
+    assert succeed_attempt(env)[4]["record"]["base_prompt_from_memory"] is True
+
+
+def test_the_paper_request_quotes_its_base_prompt():
+    requests = []
+    env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=4, prompts="paper"),
+                            reflector=lambda r: requests.append(r) or GOOD_REFLECTION)
+    for seed in range(20):
+        env.reset(seed=seed)
+        for _ in range(40):
+            *_, terminated, truncated, info = env.step("Left")
+            if info["new_conversation"] or terminated or truncated:
+                break
+        if requests:
+            break
+    (request,) = requests[:1]
+    assert request.base_prompt == protocol.instructions_of(env.env) and request.base_prompt in request.text
+
+
+def test_bad_action_and_reflection_types_are_named_in_the_error():
+    env = ReflectionWrapper(Corridor())
+    env.reset(seed=0)
+    with pytest.raises(TypeError, match="^an action must be a str, got int$"):
+        env.step(3)
+    fail_attempt(env)
+    with pytest.raises(TypeError, match="^an action must be a str, got int$"):  # a reflection is an action too
+        env.step(3)
+    with pytest.raises(TypeError, match="^the reflector .* returned int, expected a str$"):
+        env2 = ReflectionWrapper(Corridor(), reflector=lambda request: 3)
+        env2.reset(seed=0)
+        fail_attempt(env2)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("reflection_instructions", 3, "reflection_instructions must be a str or None, got int"),
+    ("format_reminder", b"x", "format_reminder must be a str or None, got bytes"),
+    ("max_reflection_chars", 0, "max_reflection_chars must be a positive int, got 0"),
+    ("max_trace_field_chars", 0, "max_trace_field_chars must be a positive int, got 0"),
+    ("memory_rule", "mine", "memory_rule must be one of ['project', 'paper'], got 'mine'"),
+])
+def test_each_bad_argument_is_named_exactly(name, value, message):
+    with pytest.raises((TypeError, ValueError), match="^" + re.escape(message) + "$"):
+        ReflectionWrapper(Corridor(), **{name: value})
+
+
+class NestedMutating(Corridor):
+    """Edits a nested part of its options in place."""
+
+    def reset(self, *, seed=None, options=None):
+        start = options["where"].pop("start") if options and "start" in options.get("where", {}) else None
+        obs, info = super().reset(seed=seed)
+        if start is not None:
+            self.pos = start
+            obs = self._obs()
+        return obs, info
+
+
+def test_options_are_copied_deeply_and_uncopyable_ones_shallowly():
+    import threading
+
+    env = ReflectionWrapper(NestedMutating())
+    first, _ = env.reset(seed=4, options={"where": {"start": 0}})
+    fail_attempt(env)
+    obs, *_ = env.step(GOOD_REFLECTION)
+    assert obs == first and "You are at 0." in obs
+    env = ReflectionWrapper(Corridor())
+    first, _ = env.reset(seed=4, options={"start": 0, "lock": threading.Lock()})  # a lock cannot be deep-copied
+    assert "You are at 0." in first
+    fail_attempt(env)
+    obs, *_ = env.step(GOOD_REFLECTION)
+    assert obs == first
+
+
+def test_with_reminder_keeps_the_prompts_leading_text():
+    from erl_envs.reflection.wrapper import with_reminder
+
+    assert with_reminder("  indented rule\n", " Reply with a move. ") == "  indented rule\n\nReply with a move."
+    assert with_reminder("rule\n\nReply with a move.", "Reply with a move.") == "rule\n\nReply with a move."
+    assert with_reminder("   ", "Reply.") == "Reply."
+
+
+def test_an_empty_task_text_falls_back_to_the_observation():
+    class Blank(PartialCredit):
+        def reset(self, *, seed=None, options=None):
+            obs, info = super().reset(seed=seed, options=options)
+            return obs, {**info, "task_text": ""}
+
+    env = ReflectionWrapper(Blank())
+    obs, info = env.reset(seed=5)
+    assert info["task_text"] == obs
+
+
+def test_a_failed_inner_reset_leaves_nothing_steppable():
+    class Fragile(Corridor):
+        fail = False
+
+        def reset(self, *, seed=None, options=None):
+            if self.fail:
+                raise RuntimeError("the inner env broke")
+            return super().reset(seed=seed, options=options)
+
+    env = ReflectionWrapper(Fragile())
+    env.reset(seed=0)
+    env.step("left")
+    env.unwrapped.fail = True
+    with pytest.raises(RuntimeError, match="broke"):
+        env.reset(seed=1)
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step("left")
+
+
+class ArrayCorridor(Corridor):
+    """The same task with array observations (the wrapper works on any observation type)."""
+
+    def __init__(self, drift=False):
+        super().__init__()
+        self.drift = drift
+        self.observation_space = spaces.Box(0, 10**9, shape=(2,), dtype=np.int64)
+
+    def _obs(self):
+        room = random.randrange(10**9) if self.drift else self.room
+        return np.array([room, self.pos], dtype=np.int64)
+
+
+def test_same_start_is_checked_on_array_observations_too():
+    for drift, same in ((False, True), (True, False)):
+        env = ReflectionWrapper(ArrayCorridor(drift))
+        env.reset(seed=2)
+        fail_attempt(env)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env.step(GOOD_REFLECTION)
+        assert succeed_attempt(env)[4]["record"]["same_start"] is same, drift
+
+
+def test_same_start_is_unknown_for_observations_that_cannot_be_compared():
+    class Incomparable:
+        def __eq__(self, other):
+            raise RuntimeError("cannot compare")
+
+        __hash__ = object.__hash__
+
+    class Odd(Corridor):
+        def _obs(self):
+            return Incomparable()
+
+    env = ReflectionWrapper(Odd())
+    env.reset(seed=2)
+    fail_attempt(env)
+    env.step(GOOD_REFLECTION)
+    assert succeed_attempt(env)[4]["record"]["same_start"] is None
