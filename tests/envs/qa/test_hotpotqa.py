@@ -545,6 +545,10 @@ def test_the_per_question_index_uses_the_envs_bm25_settings():
     env.reset(options={"index": 0})
     index = env.unwrapped._index
     assert (index.k1, index.b) == (0.4, 0.2) and list(index.ids) == list(range(len(env.unwrapped._passages)))
+    assert index.tokenizer is env.unwrapped._tokenizer
+    custom = make(mode="distractor", tokenizer=str.split)
+    custom.reset(options={"index": 0})
+    assert custom.unwrapped._index.tokenizer is str.split
     twin = BM25Index(env.unwrapped._passages, ids=range(len(env.unwrapped._passages)), k1=0.4, b=0.2,
                      idf=env.unwrapped._idf, tokenizer=env.unwrapped._tokenizer)
     assert index.search("founded Dulind", 3) == twin.search("founded Dulind", 3)
@@ -602,13 +606,17 @@ def test_max_passage_chars_none_means_whole_passages():
 
 
 def test_envs_share_a_source_only_when_every_argument_that_shapes_it_agrees(tmp_path):
-    """Sources are shared by their arguments' key: a shared one saves memory, a wrongly shared one is a silent wrong
-    data set. Each argument that changes the questions or passages must change the key."""
-    def questions(**kwargs):
-        return [q.id for q in make(**kwargs).unwrapped.questions]
+    """Sources are shared by their arguments' key while an env holds them: a shared one saves memory, a wrongly
+    shared one is a silent wrong data set. Each argument that changes the questions or passages must change the key
+    (every env is kept alive here, so that a wrong key would hand out the first env's source)."""
+    alive = []
 
-    assert questions(data="synthetic", num_questions=20, seed=1) != questions(data="synthetic", num_questions=20,
-                                                                            seed=2)
+    def questions(**kwargs):
+        alive.append(make(**kwargs))
+        return [q.id for q in alive[-1].unwrapped.questions]
+
+    seed_1 = questions(data="synthetic", num_questions=20, seed=1)
+    assert questions(data="synthetic", num_questions=20, seed=2) != seed_1
     assert len(questions(data="synthetic", num_questions=21, seed=1)) == 21
     assert len(questions(data="synthetic", num_questions=21, seed=1, limit=4)) == 4
     path = tmp_path / "q.jsonl"
@@ -622,26 +630,28 @@ def test_envs_share_a_source_only_when_every_argument_that_shapes_it_agrees(tmp_
     corpus_b.write_text(json.dumps({"id": "b1", "title": "Dulind", "text": "A city."}) + "\n")
     first, again = make(data=path, corpus=corpus_a), make(data=path, corpus=corpus_a)
     assert first.unwrapped._source is again.unwrapped._source
-    assert [p.id for p in make(data=path, corpus=corpus_b).unwrapped._source.passages] == ["b1"]
+    other = make(data=path, corpus=corpus_b)
+    assert [p.id for p in other.unwrapped._source.passages] == ["b1"]
     # In-memory corpora are not keyed: each env reads its own.
-    assert [p.id for p in make(data=path, corpus=[{"id": "m1", "title": "T", "text": "x"}]).unwrapped._source
-            .passages] == ["m1"]
-    assert [p.id for p in make(data=path, corpus=[{"id": "m2", "title": "T", "text": "x"}]).unwrapped._source
-            .passages] == ["m2"]
+    m1 = make(data=path, corpus=[{"id": "m1", "title": "T", "text": "x"}])
+    m2 = make(data=path, corpus=[{"id": "m2", "title": "T", "text": "x"}])
+    assert [p.id for p in m1.unwrapped._source.passages] == ["m1"]
+    assert [p.id for p in m2.unwrapped._source.passages] == ["m2"]
 
 
 def test_two_files_of_the_same_size_and_time_are_not_confused(tmp_path):
     """A file's key is its resolved path with its time and size: another file with the same time and size is
     still another source."""
+    import os
+
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     one.write_text(json.dumps(QUESTIONS[0] | {"id": "q-aaa"}) + "\n")
     two.write_text(json.dumps(QUESTIONS[0] | {"id": "q-bbb"}) + "\n")
     stamp = one.stat().st_mtime_ns
-    import os
-
     os.utime(two, ns=(stamp, stamp))
     assert one.stat().st_size == two.stat().st_size
-    assert [q.id for q in make(data=one).unwrapped.questions] == ["q-aaa"]
+    first = make(data=one)
+    assert [q.id for q in first.unwrapped.questions] == ["q-aaa"]
     assert [q.id for q in make(data=two).unwrapped.questions] == ["q-bbb"]
 
 
@@ -796,3 +806,16 @@ def test_the_observation_bound_is_tight_for_the_fullest_search_turn():
     bound = env.observation_space.max_length
     assert obs.count("Search results for") == 8
     assert 0.9 * bound <= len(obs) <= bound, (len(obs), bound)
+
+
+def test_the_observation_bound_holds_the_fullest_paper_turn():
+    """Under the paper protocol every call of a reply runs: a reply filled with searches (as many as
+    max_reply_chars holds), each showing 5 whole passages, still fits the space, which is not more than about
+    twice that turn (the bound counts the shortest call that parses, not the shortest search)."""
+    corpus = [{"id": f"p{i}", "title": f"T{i}", "text": "needle " * 300} for i in range(5)]
+    env = make(data=[{"question": "Where is the needle?", "answer": "x"}], corpus=corpus, protocol="paper")
+    call = '<tool_call>{"name":"local_search","arguments":{"query":"needle"}}</tool_call>'
+    obs = play(env, [call * (MAX_REPLY_CHARS // len(call))])[-1][0]
+    bound = env.observation_space.max_length
+    assert obs.count("[Document 5]") == MAX_REPLY_CHARS // len(call)
+    assert 0.4 * bound <= len(obs) <= bound, (len(obs), bound)
