@@ -175,6 +175,7 @@ def test_save_load_roundtrip(tmp_path):
     index = BM25Index(texts)
     index.save(tmp_path / "i.npz")
     loaded = BM25Index.load(tmp_path / "i.npz", texts)
+    assert (loaded.k1, loaded.b, loaded.epsilon, loaded.idf_kind) == (1.5, 0.75, 0.25, "okapi")  # the defaults
     for q in ["w1 common", "東京 wörds"]:
         np.testing.assert_array_equal(loaded.scores(q), index.scores(q))
     with pytest.raises(ValueError, match="does not match"):
@@ -374,8 +375,9 @@ def test_cached_builds_the_index_those_settings_build_on_every_path(tmp_path, mo
     texts = random_corpus(40, seed=5)
     passages = [{"id": f"d{i}", "title": f"w{i} title", "text": t} if i % 2 else SimpleNamespace(title=f"w{i}", text=t)
                 for i, t in enumerate(texts)]
-    settings = dict(k1=0.7, b=0.3, epsilon=0.6, idf="okapi")
+    settings = dict(k1=0.7, b=0.3, epsilon=0.6, idf="lucene")
     default_ids = [f"d{i}" if i % 2 else i for i in range(len(texts))]  # a dict's id, else the position
+    given_ids = [f"g{i}" for i in range(len(texts))]
 
     def uncacheable(text):
         return text.lower().split()
@@ -383,21 +385,26 @@ def test_cached_builds_the_index_those_settings_build_on_every_path(tmp_path, mo
     raw = RawTokenizer()
     built = {tokenizer: BM25Index(passages, tokenizer=tokenizer, **settings) for tokenizer in (uncacheable, raw)}
 
-    def check(index, tokenizer):
+    def check(index, tokenizer, ids=default_ids):
         fresh = built[tokenizer]
         assert fresh.ids == default_ids
-        assert index.ids == default_ids and index.tokenizer is tokenizer
-        assert (index.k1, index.b, index.epsilon, index.idf_kind) == (0.7, 0.3, 0.6, "okapi")
-        assert (index.average_idf, index.avgdl) == (fresh.average_idf, fresh.avgdl)
+        assert index.ids == ids and index.tokenizer is tokenizer
+        assert (index.k1, index.b, index.epsilon, index.idf_kind) == (0.7, 0.3, 0.6, "lucene")
+        assert index.average_idf == fresh.average_idf == pytest.approx(float(np.mean(fresh.idf)))
+        assert index.avgdl == fresh.avgdl == pytest.approx(float(np.mean(fresh.doc_len)))
         for query in ("w1 w2", "w3 common", "w7 title"):
             np.testing.assert_allclose(index.scores(query), fresh.scores(query), rtol=1e-12)
-            assert index.search(query, 4) == fresh.search(query, 4)
+            named = dict(zip(fresh.ids, ids))
+            assert index.search(query, 4) == [(named[i], score) for i, score in fresh.search(query, 4)]
         assert index.title_matches("w3 title") == [3] and index.title_matches("w4") == [4]
 
     check(BM25Index.cached(passages, tokenizer=uncacheable, cache_dir=tmp_path, **settings), uncacheable)
+    check(BM25Index.cached(passages, given_ids, tokenizer=uncacheable, **settings), uncacheable, given_ids)
     check(BM25Index.cached(passages, tokenizer=raw, cache_dir=False, **settings), raw)
     search._LIVE_INDEXES.clear()
     check(BM25Index.cached(passages, tokenizer=raw, cache_dir=tmp_path / "a" / "b", **settings), raw)  # built, saved
+    search._LIVE_INDEXES.clear()
+    check(BM25Index.cached(passages, given_ids, tokenizer=raw, cache_dir=False, **settings), raw, given_ids)
     search._LIVE_INDEXES.clear()
     monkeypatch.setattr(BM25Index, "__init__", lambda *args, **kwargs: pytest.fail("rebuilt instead of loaded"))
     check(BM25Index.cached(passages, tokenizer=raw, cache_dir=tmp_path / "a" / "b", **settings), raw)
@@ -484,6 +491,10 @@ def test_the_bm25_parameter_bounds_are_inclusive_and_untitled_passages_index_the
     index = BM25Index([{"text": "alpha"}, SimpleNamespace(text="beta"), {"title": "", "text": "none"}])
     assert index.scores("none").tolist()[:2] == [0.0, 0.0] and index.ids == [0, 1, 2]
     assert index.title_matches("none") == [] and index.title_matches("alpha") == []
+    # A title without words is never matched by a query without words.
+    assert BM25Index([{"title": "...", "text": "dots"}]).title_matches("") == []
+    with pytest.raises(TypeError, match="a passage must be a str or have a str 'text', got object"):
+        BM25Index([object()])
 
 
 def test_an_index_of_passages_without_words_has_zero_average_idf():
