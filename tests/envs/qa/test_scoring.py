@@ -243,3 +243,32 @@ def test_paper_extraction_reads_a_reply_like_the_reference(reply, answer):
 def test_paper_extraction_scores_latex_literally():
     assert qa_reward(extract_answer_paper("\\boxed{\\text{Paris}}"), "Paris").reward == 0.0
     assert qa_reward(extract_answer("\\boxed{\\text{Paris}}"), "Paris").reward == 1.0
+
+
+# Each fallback's bounds, one reply per bound. Copula sentences sit after "!" or "?": after "." or at the start the
+# declarative phrase ("X is/was ...", case-insensitive) takes them before the sentence scoring.
+@pytest.mark.parametrize(
+    "reply, answer",
+    [
+        ("boxed{abc} at the very start", "abc"),
+        ("**ab** x **abc**", "abc"),  # an emphasised span needs 3+ characters
+        ("**...** and **abc**", "abc"),  # ... and a letter or digit
+        ("we saw Alpha Beta Gamma Delta Epsilon and then Foo Bar Baz Qux here", "Foo Bar Baz Qux"),  # 2-4 words
+        ("in New York we met Ada Lovelace", "Ada Lovelace"),  # common place names are not the answer
+        ("the answer is abcd", "abcd"),  # an answer phrase needs 4+ characters ...
+        ("the answer is abc", "the answer is abc"),  # ... or the declarative sentence is read instead
+        ("xx yy zz! aa is bbbb? cc dd ee is ff", "cc dd ee is ff"),  # scored sentences: over 10 characters
+        ("xx yy zz! aa is bbbbb? cc dd ee is ff", "aa is bbbbb"),  # equal scores: the first
+        ("xx yy zz! aa is bbbbb? zz yy xx ww vv", "aa is bbbbb"),  # the best score, not the last in order
+        ("xx yy! cc dd ee is ff? aa United States bb", "aa United States bb"),  # a name: 2, a copula: 1
+        ("xx yy! cc dd ee is ff? aa bb United States cc dd ee ff gg hh jj kk ll mm nn pp qq", "cc dd ee is ff"),
+        ("xx yy! gg hh jj kk ll? cc dd ee IS ff", "cc dd ee IS ff"),  # copulas in any case
+        ("xx yy! aa bb cc dd ee ff gg hh jj kk ll mm nn pp qq? rr tt uu vv", "rr tt uu vv"),  # under 15 words: 1
+        ("abcdef. gg hh jj kk ll", "gg hh jj kk ll"),  # a score of 1 is enough
+        ("abcdef! gg hh jj kk ll mm nn pp qq rr tt uu vv ww xx yy", "abcdef"),  # 0 is not: the first over 5
+        ("abcde. abcdef", "abcdef"),
+        ("ab. " * 30, ("ab. " * 30)[:100].strip()),  # nothing else: the first 100 characters
+    ],
+)
+def test_paper_extraction_fallback_bounds(reply, answer):
+    assert extract_answer_paper(reply) == answer
