@@ -59,6 +59,9 @@ Cell = tuple[int, int]
 _AGENT_KINDS = ("agent", "agent_in_hole", "agent_on_goal", "agent_on_target")
 _BOX_KINDS = ("box", "box_on_target")
 _TARGET_KINDS = ("target", "agent_on_target", "box_on_target")
+# The kinds each game's rulebook and planner read: a symbol set with all of them is that game.
+_FROZEN_LAKE_KINDS = frozenset({"agent", "goal", "hole", "frozen"})
+_SOKOBAN_KINDS = frozenset({"agent", "agent_on_target", "box", "box_on_target", "target", "wall", "floor"})
 
 
 def _at(cell: Cell) -> str:
@@ -563,8 +566,8 @@ def write_rulebook(request: ReflectionRequest, symbols: SymbolSet | None, plan: 
     if request.style == "grid":
         facts = _analyse_grid(request, symbols)
         if facts is not None:
-            frozen_lake = symbols is not None and {"hole", "goal", "frozen", "agent"} <= set(symbols.symbols)
-            sokoban = symbols is not None and {"box", "wall", "target", "floor", "agent"} <= set(symbols.symbols)
+            frozen_lake = symbols is not None and _FROZEN_LAKE_KINDS <= set(symbols.symbols)
+            sokoban = symbols is not None and _SOKOBAN_KINDS <= set(symbols.symbols)
             if detail == "plan" and (frozen_lake or sokoban):
                 route = _frozen_lake_plan(facts, symbols) if frozen_lake else _sokoban_plan(facts, symbols)
                 if route:

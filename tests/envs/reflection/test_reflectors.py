@@ -640,3 +640,142 @@ def test_the_agent_of_an_unknown_grid_is_the_symbol_that_moves_one_cell_most_oft
     # A symbol appearing twice is never the agent; a diagonal step is not a one-cell move.
     assert _infer_agent([_board("@@./..."), _board(".@@/...")]) == frozenset()
     assert _infer_agent([_board("@../..."), _board(".../.@.")]) == frozenset()
+
+
+# ----------------------------------------------------------------------------- rulebook facts, one per test
+
+
+def _grid_text(board):
+    return "\n".join("".join(f" {ch} \t" for ch in row) for row in board.split("/"))
+
+
+def _grid_request(boards, actions, truncated=False, terminated=False, feedback="The attempt ended."):
+    """A grid-style request from board strings ("P../.X./...": rows split by "/"): one step per action."""
+    steps = tuple(TraceStep(_grid_text(boards[i]), action, 0.0, boards[i] != boards[i + 1],
+                            terminated and i == len(actions) - 1, truncated and i == len(actions) - 1, "")
+                  for i, action in enumerate(actions))
+    return ReflectionRequest(text="", system_prompt="", base_prompt="Play.", style="grid", steps=steps,
+                             final_observation=_grid_text(boards[-1]), total_return=0.0, success=False,
+                             feedback=feedback)
+
+
+def test_an_unknown_grid_rulebook_reports_jumps_untried_moves_vanished_symbols_and_the_cut():
+    """The agent moves one row down in the lower rows (its only one-cell move), then jumps two rows up; "K", where it
+    stepped, is gone after the first step but is still one of the board's symbols."""
+    boards = [".../P../K../...", ".../.../P../...", "P../.../.../..."]
+    prompt = rulebook_of(_grid_request(boards, ["```Down```", "```Up```"], truncated=True))
+    assert "- P: you (this symbol moved when you moved)." in prompt
+    assert "- K: on the board; the last attempt did not show what it does." in prompt
+    assert "- Down moves you one row down (seen at step 1)." in prompt
+    assert "- Up moves you by -2 rows and 0 columns (seen at step 2)." in prompt
+    # A move went an unusual way: untried moves are not promised the usual direction.
+    assert "- Left was not seen moving you in the last attempt; try it once to learn its effect." in prompt
+    assert "- The last attempt was cut off after 2 turns before succeeding: finish within 2 moves." in prompt
+
+
+def test_an_unknown_grid_rulebook_reads_every_step_after_one_where_only_something_else_moved():
+    """Step 1 bumps into "X" for no reason the board shows; at step 2 "Y" moves while the agent stays; the moves
+    after it are still read."""
+    boards = ["PX./.../..Y", "PX./.../..Y", "PX./.../.Y.", "PX./P../.Y.".replace("PX./P", ".X./P"),
+              ".X./.../PY."]
+    prompt = rulebook_of(_grid_request(boards, ["```Right```", "```Up```", "```Down```", "```Down```"]))
+    assert "- At step 1, Right from row 1, column 1 had no effect." in prompt
+    assert "- Down moves you one row down (seen at step 3)." in prompt
+
+
+def test_sokoban_no_effect_reasons_name_the_cell_behind_a_box_and_the_wall_in_the_outer_column():
+    """A push to the right with a wall behind the box (the player's row and column differ), a walk into the wall in
+    column 1 (inside the board: a wall, not the edge), and a push of two boxes at once."""
+    level = ["#######", "#   . #", "#@$#  #", "#     #", "#######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Right```", "```Left```"], options={"level": level, "max_steps": 2})
+    prompt = rulebook_of(request)
+    assert "(seen at step 1: Right from row 3, column 2 ran into a box (B) at row 3, column 3 with E behind it)" in prompt
+    assert "(seen at step 2: Left from row 3, column 2 ran into a wall (E) at row 3, column 1)" in prompt
+    level = ["#######", "#     #", "#@$$ .#", "#    .#", "#######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Right```"], options={"level": level, "max_steps": 1})
+    assert "(seen at step 1: Right from row 3, column 2 ran into a box (B) at row 3, column 3 with B behind it)" in \
+        rulebook_of(request)
+
+
+def test_rulebook_lines_that_carry_an_example_keep_their_rule():
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Left```", "let me think", "```Right```", "```Down```"],
+                          options={"map": ["SFH", "FHF", "FFG"]})
+    prompt = rulebook_of(request)
+    assert ("- Moving onto C ends the game at once as a failure (seen at step 4: Down from row 1, column 2 into the "
+            "hole at row 2, column 2).") in prompt
+    assert "wastes the turn.\n" not in prompt  # the edge was seen: its rule comes with the example only
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "```Down```"], options={"map": ["SFF", "FHF", "FFG"]})
+    prompt = rulebook_of(request)
+    assert "- A move off the edge of the board leaves you where you are and wastes the turn.\n" in prompt
+    level = ["#######", "#@ $ .#", "#     #", "#######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Up```", "```Right```", "```Right```"],
+                          options={"level": level, "max_steps": 3})
+    assert ("then you step into the box's old cell. Otherwise nothing moves. (Seen at step 3: Right pushed a box "
+            "from row 2, column 4 to row 2, column 5.)") in rulebook_of(request)
+
+
+def test_a_symbol_without_a_meaning_or_legend_is_named_by_its_kind():
+    from erl_envs.grid.text import SymbolSet
+    from erl_envs.reflection.rulebooks import _FROZEN_LAKE_MEANINGS, _symbol_lines
+
+    symbols = SymbolSet("custom", {"agent": "A", "thin_ice": "T", "goal": "G"}, legend={"goal": "the exit"})
+    assert _symbol_lines(symbols, {"agent": "you."}) == ["- A: you.", "- T: thin ice", "- G: the exit"]
+    assert _symbol_lines(FROZEN_LAKE_SYMBOLS["abstract"], _FROZEN_LAKE_MEANINGS)[0] == "- A: you."
+
+
+def test_the_qa_prompt_quotes_the_last_answer_at_most_8_searches_and_clips_long_text():
+    from erl_envs.reflection.rulebooks import write_rulebook
+
+    long = "x" * 130
+    steps = tuple(TraceStep("obs", f"<search>query {i}</search>", 0.0, True, False, False, "") for i in range(9)) + (
+        TraceStep("obs", f"<search>{long}</search>", 0.0, True, False, False, ""),
+        TraceStep("obs", "first \\boxed{Paris}", 0.0, True, False, False, ""),
+        TraceStep("obs", "then \\boxed{" + long + "}", 0.0, True, True, False, ""))
+    request = ReflectionRequest(text="", system_prompt="", base_prompt="Q", style="qa", steps=steps,
+                                final_observation="end", total_return=0.4, success=True, feedback="partial")
+    prompt = write_rulebook(request, None)
+    assert "query 7" in prompt and "query 8" not in prompt  # the first 8 searches
+    assert f'- Its final answer "{clip_text(long, 120)}" was correct (partial).' in prompt
+    assert clip_text(long, 120) != clip_text(long, 121) and "Paris" not in prompt
+    request = dataclasses.replace(request, success=False)
+    assert "was not judged correct (partial)" in write_rulebook(request, None)
+
+
+def test_the_generic_lessons_show_at_most_8_idle_and_10_tried_actions_clipped_at_80():
+    from erl_envs.reflection.rulebooks import write_rulebook
+
+    long = "y" * 90
+    actions = [f"act{i}" for i in range(11)] + [long]
+    steps = tuple(TraceStep("o", a, 0.0, False, False, False, "") for a in actions)
+    request = ReflectionRequest(text="", system_prompt="", base_prompt="Do it.", style="generic", steps=steps,
+                                final_observation="o", total_return=0.0, success=False, feedback="lost")
+    prompt = write_rulebook(request, None)
+    idle = prompt.split("These actions had no effect: ")[1].split(". Do not")[0]
+    assert idle.count("(step ") == 8 and '"act7" (step 8)' in idle
+    tried = prompt.split("Actions you tried: ")[1].split(". Where")[0]
+    assert tried.count('"') == 20 and '"act9"' in tried and '"act10"' not in tried
+    steps = (TraceStep("o", long, 0.0, True, False, False, ""),)
+    prompt = write_rulebook(dataclasses.replace(request, steps=steps), None)
+    assert f'"{clip_text(long, 80)}"' in prompt and clip_text(long, 80) != clip_text(long, 81)
+
+
+def test_a_symbol_set_of_exactly_a_games_kinds_gets_its_rulebook():
+    """FrozenLake and Sokoban are recognised by the kinds they need: a set of exactly those kinds is one of them."""
+    from erl_envs.grid.text import SymbolSet
+    from erl_envs.reflection.rulebooks import write_rulebook
+
+    request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "```Down```"], options={"map": ["SFF", "FHF", "FFG"]})
+    minimal = SymbolSet("minimal", {k: FROZEN_LAKE_SYMBOLS["abstract"].symbols[k]
+                                    for k in ("agent", "goal", "hole", "frozen")})
+    assert "a hole. Stepping onto it ends the game" in write_rulebook(request, minimal)
+    level = ["#######", "#@ $ .#", "#     #", "#######"]
+    request, _ = trace_of("ERL-Sokoban-v0", 0, ["```Up```"], options={"level": level, "max_steps": 1})
+    kinds = ("agent", "agent_on_target", "box", "box_on_target", "target", "wall", "floor")
+    minimal = SymbolSet("minimal", {k: SOKOBAN_SYMBOLS["abstract"].symbols[k] for k in kinds})
+    assert "Boxes can only be pushed" in write_rulebook(request, minimal)
+    # Without a kind its rulebook or planner reads, a set is not Sokoban: general lessons, not a crash.
+    partial = SymbolSet("partial", {k: SOKOBAN_SYMBOLS["abstract"].symbols[k] for k in kinds if k != "box_on_target"})
+    assert write_rulebook(request, partial).startswith("<prompt>\n" + request.base_prompt)
+    # The default detail is the full rulebook, not the plan alone.
+    plain = write_rulebook(request, request.symbols)
+    assert plain == write_rulebook(request, request.symbols, detail="full") and "Boxes can only be pushed" in plain
