@@ -1,5 +1,7 @@
 """Token-in/token-out rollouts, constrained decoding and consolidation copies (erl_agents/rollout.py)."""
 
+import re
+
 import pytest
 import torch
 from transformers import StaticCache
@@ -381,3 +383,92 @@ def test_finish_without_a_record_is_rlvr_and_reads_the_step_info():
     for reward, expected in ((1.0, True), (0.99, False)):
         episode = _finished({}, roles=("attempt1",), reward=reward)
         assert (episode.trajectories[0].success, episode.success) == (expected, expected)
+
+
+# ------------------------------------------------------------------------------------------------ small parts
+
+
+def test_env_tokens_get_log_prob_zero_and_no_constraint():
+    trajectory = _conversation("attempt1")
+    trajectory.append([5, 6], model=False)
+    trajectory.append([7], model=True, logprobs=[-0.5], constraints=[2])
+    assert trajectory.tokens[1:] == [5, 6, 7] and trajectory.mask[1:] == [0, 0, 1]
+    assert trajectory.logprobs[1:] == [0.0, 0.0, -0.5] and trajectory.constraints[1:] == [-1, -1, 2]
+
+
+def test_a_reply_is_cut_only_when_it_passes_the_room_and_always_ends_its_attempt():
+    from types import SimpleNamespace
+
+    from erl_agents.rollout import Reply, _cut_at_budget
+
+    def cut(limit):
+        state = SimpleNamespace(conversation=_conversation("attempt1"))
+        reply = Reply(ids=[1, 2, 3], logprobs=[-0.1, -0.2, -0.3], constraints=[4, 5, 6], finished=True,
+                      prefix="cached")
+        _cut_at_budget(state, reply, limit)
+        return reply, state.conversation
+
+    reply, conversation = cut(3)  # exactly the room: kept whole, still a finished reply
+    assert (reply.ids, reply.finished, reply.prefix, conversation.response_cut) == ([1, 2, 3], True, None, True)
+    reply, conversation = cut(2)
+    assert (reply.ids, reply.logprobs, reply.constraints) == ([1, 2], [-0.1, -0.2], [4, 5])
+    assert reply.finished is False and reply.prefix is None and conversation.response_cut is True
+
+
+def test_the_response_budget_wrapper_ends_only_steps_that_did_not_end_themselves():
+    from erl_agents.rollout import ResponseBudget
+
+    class Recording(TextBanditEnv):
+        def reset(self, *, seed=None, options=None):
+            self.reset_with = (seed, options)
+            return super().reset(seed=seed, options=options)
+
+    env = ResponseBudget(Recording(turns=2))
+    assert (env.end_if, env.ended) == (None, False)
+    env.reset(seed=3, options={"x": 1})
+    assert env.unwrapped.reset_with == (3, {"x": 1})
+    env.end_if = lambda obs: True
+    *_, terminated, truncated, _ = env.step("A")
+    assert (terminated, truncated, env.ended, env.end_if) == (False, True, True, None)
+    env.reset(seed=3)
+    env.step("A")  # no end_if this time: the step goes on
+    assert env.ended is False
+    env.end_if = lambda obs: True
+    *_, terminated, truncated, _ = env.step("A")  # the bandit's last turn ends by itself
+    assert (terminated or truncated) and env.ended is False
+
+
+def test_valid_actions_must_be_non_empty_strings():
+    from erl_agents.rollout import _valid_actions_of
+
+    env = TextBanditEnv()
+    assert _valid_actions_of(env) == env.valid_actions
+    for bad in (["A", ""], ["A", 3], []):
+        env.valid_actions = bad
+        with pytest.raises(ValueError, match=r"^env\.unwrapped\.valid_actions must be a non-empty list of non-empty "
+                                             r"str, got " + re.escape(repr(bad)) + "$"):
+            _valid_actions_of(env)
+    assert _valid_actions_of(object.__new__(type("NoActions", (), {"unwrapped": property(lambda s: s)}))) is None
+
+
+def test_a_cache_without_full_layers_is_refused_by_name():
+    from erl_agents.rollout import _cache_layers
+
+    with pytest.raises(ValueError, match="got object; set kv_reuse false"):
+        _cache_layers(object())
+
+
+def test_prefixes_from_different_generate_calls_are_stacked_from_their_own_caches():
+    """A batch can hold conversations last read by different calls (e.g. after a reflection): each row's keys and
+    values come from its own call's cache, right-aligned, the padding repeating its first position."""
+    from erl_agents.rollout import CachedPrefix, _stack_prefixes
+
+    a_keys = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).reshape(2, 1, 3, 2)
+    b_keys = 100 + torch.arange(1 * 1 * 4 * 2, dtype=torch.float32).reshape(1, 1, 4, 2)
+    a = CachedPrefix(tokens=[7, 8], layers=((a_keys, -a_keys),), row=1, columns=torch.tensor([0, 1]))
+    b = CachedPrefix(tokens=[7, 8, 9], layers=((b_keys, -b_keys),), row=0, columns=torch.tensor([1, 2, 3]))
+    ((keys, values),) = _stack_prefixes([a, None, b], width=4)
+    assert torch.equal(keys[0], a_keys[1][:, [0, 0, 0, 1]])
+    assert torch.equal(keys[1], torch.zeros(1, 4, 2))
+    assert torch.equal(keys[2], b_keys[0][:, [1, 1, 2, 3]])
+    assert torch.equal(values, -keys)
