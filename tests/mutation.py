@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     tests = args.tests or TARGETS[args.module]
     prepare(args.module, folder, fresh=not args.resume, tests=tests)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # Tests that read the shared data (paper test sets, the HotpotQA sample) find it from the scratch copy too.
+    env.setdefault("ERL_SHARED", str(ROOT.parent / "shared"))
     # The scratch copy must be what the tests import: drop path entries pointing at the repository itself.
     env["PYTHONPATH"] = os.pathsep.join(p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                         if p and Path(p).resolve() != ROOT)
