@@ -506,3 +506,47 @@ def test_blank_lines_are_skipped_and_the_record_size_bound_is_exact(tmp_path, mo
     path.write_text(padded + "\n")
     with pytest.raises(DataError, match="line 1: longer than"):
         load_questions(path)
+
+
+def test_data_errors_name_the_type_and_the_problem_word_for_word(tmp_path):
+    import numpy as np
+
+    assert question_from_record({"question": "Q?", "answer": np.float32(4.0)}).answers == ("4",)
+    assert question_from_record({"question": "Q?", "answer": "A"}).id == "data-0"  # the default source and position
+    cases = [
+        (lambda: question_from_record(3), "data, record 0: expected an object with 'question' and 'answer', got int"),
+        (lambda: load_questions(3), "unsupported data=int."),
+        (lambda: load_corpus(3), "unsupported corpus=int: give a .jsonl file of {id, title, text} or a list of dicts"),
+        (lambda: load_corpus([3]), "corpus, passage 0: expected an object with 'title' and 'text', got int"),
+        (lambda: question_from_record({"question": "Q?", "answer": "A", "supporting_facts": [["Dulind", -1]]}),
+         "data, record 0, field 'supporting_facts': the sentence index of 'Dulind' must be a whole number >= 0, "
+         "got -1"),
+    ]
+    for call, message in cases:
+        with pytest.raises(DataError, match="^" + re.escape(message)):
+            call()
+    (tmp_path / "d.json").write_text(json.dumps({"questions": []}))
+    with pytest.raises(DataError, match=re.escape("d.json: expected a JSON list of records, got dict")):
+        load_questions(tmp_path / "d.json")
+    (tmp_path / "d.txt").write_text("x")
+    with pytest.raises(DataError, match=re.escape("unsupported file type '.txt'; use one of .json, .jsonl, .parquet")):
+        load_questions(tmp_path / "d.txt")
+    (tmp_path / "latin.json").write_bytes("[\"caf\xe9\"]".encode("latin-1"))
+    with pytest.raises(DataError, match="latin.json: not UTF-8 text"):
+        load_questions(tmp_path / "latin.json")
+
+
+def test_the_fact_warning_quotes_three_problems_and_points_at_the_caller():
+    def bad(i):
+        return HF_RECORD | {"id": f"b{i}", "supporting_facts": {"title": ["Nowhere"], "sent_id": [0]}}
+
+    with pytest.warns(RuntimeWarning) as caught:
+        load_questions([bad(i) for i in range(3)])
+    message = str(caught[0].message)
+    assert "record 2: 'Nowhere'" in message and "; ...)" not in message
+    assert caught[0].filename == __file__
+    with pytest.warns(RuntimeWarning) as caught:
+        load_questions([bad(i) for i in range(4)])
+    message = str(caught[0].message)
+    assert "4 supporting facts" in message and "record 2: 'Nowhere'" in message and "record 3" not in message
+    assert "is not one of its paragraphs; ...); retrieval_recall counts them as given" in message

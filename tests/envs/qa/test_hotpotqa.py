@@ -819,3 +819,58 @@ def test_the_observation_bound_holds_the_fullest_paper_turn():
     bound = env.observation_space.max_length
     assert obs.count("[Document 5]") == MAX_REPLY_CHARS // len(call)
     assert 0.4 * bound <= len(obs) <= bound, (len(obs), bound)
+
+
+def test_turn_texts_infos_and_errors_word_for_word():
+    from erl_envs.qa.results import NO_DOCUMENTS
+
+    env = make()
+    obs, info = env.reset(options={"index": 1})
+    assert info == {"task_id": "q-river", "task_text": QUESTIONS[1]["question"], "num_questions": 2}
+    *_, info = env.step("<search>Osk Works</search> <search>Dulind</search>")
+    assert (info["task_id"], info["task_text"]) == ("q-river", QUESTIONS[1]["question"])
+    first, second = info["feedback"].split("; ")
+    assert first.startswith('searched "Osk Works": ') and second.startswith('searched "Dulind": ')
+    for _ in range(3):
+        obs, *_ = env.step("<search>Osk</search>")
+    assert obs.endswith("\nThis is your last turn: give your final answer in \\boxed{}.")
+    # Two searches in one reply: two blocks, each on its own lines.
+    obs = play(make(), ["<search>Osk</search><search>Bel</search>"], options={"index": 0})[-1][0]
+    assert obs.count("Search results for") == 2 and '\n\nSearch results for "Bel"' in obs
+    # A search that matches nothing: its line, and no "top".
+    *_, info = play(make(), ["<search>zzzz</search>"], options={"index": 0})[-1]
+    assert info["feedback"] == 'searched "zzzz": 0 passages'
+    long_query = "Osk " * 30
+    *_, info = play(make(), [f"<search>{long_query}</search>"], options={"index": 0})[-1]
+    assert info["feedback"].startswith(f'searched "{long_query.strip()[:80]} ..."')
+    # Under the paper protocol the no-match line has no newline of its own: the end of the episode gets one.
+    obs = play(make(protocol="paper", max_turns=1), [_paper_call("zzzz")], options={"index": 0})[-1][0]
+    assert obs.startswith(NO_DOCUMENTS + "\nEpisode over: ran out of turns")
+    env = make()
+    env.reset(options={"index": 0})
+    with pytest.raises(TypeError, match="^an action is the agent's reply as a str, got int$"):
+        env.step(3)
+    for options, error, message in (
+            ({"index": True}, TypeError, "the reset option 'index' must be an int, got bool"),
+            ({"index": 2}, ValueError, "question index 2 is out of range 0..1"),
+            ([("index", 0)], TypeError, "reset options must be a dict or None, got list")):
+        with pytest.raises(error, match="^" + re.escape(message) + "$"):
+            env.reset(options=options)
+    with pytest.raises(gym.error.ResetNeeded, match="^the episode is over \\(or reset\\(\\) was never called\\)"):
+        env.unwrapped.step("x")
+
+
+def test_file_and_hf_sources_are_shared_whatever_the_unused_generator_arguments(tmp_path, monkeypatch):
+    import datasets
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    first = make(data=path, seed=1, num_questions=5)
+    assert make(data=path, seed=2, num_questions=7).unwrapped._source is first.unwrapped._source
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")
+    folder = tmp_path / "one_split"
+    folder.mkdir()
+    (folder / "validation.jsonl").write_text(json.dumps(QUESTIONS[0]) + "\n")
+    spec = f"hf:{folder}::validation"
+    hf = make(data=spec)
+    assert make(data=spec).unwrapped._source is hf.unwrapped._source
