@@ -118,6 +118,38 @@ def summarise(folder: Path, module: str, tests: list[str]) -> dict:
     }
 
 
+RESULTS = ROOT / "docs" / "mutation"  # each module's last summary, committed: docs/testing.md's table is made from it
+
+
+def export(folder: Path = RESULTS, scratch: Path = ROOT / ".mutmut") -> list[Path]:
+    """Copy each scratch folder's summary (the module's state after its last run: every mutant's status is kept
+    across ``--resume`` runs) into ``folder`` as ``<module>.json``, without the run's ``--only`` list."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for summary_path in sorted(scratch.glob("*/summary.json")):
+        summary = json.loads(summary_path.read_text())
+        summary.pop("only", None)
+        target = folder / (summary["module"].removesuffix(".py").replace("/", ".") + ".json")
+        target.write_text(json.dumps(summary, indent=1) + "\n")
+        written.append(target)
+    return written
+
+
+def table(folder: Path = RESULTS) -> str:
+    """The per-module table of docs/testing.md, computed from the exported summaries."""
+    rows = ["| module | mutants | checked | killed + timeout | survived | no tests | score |",
+            "|---|---|---|---|---|---|---|"]
+    for path in sorted(folder.glob("*.json")):
+        summary = json.loads(path.read_text())
+        counts = Counter(summary["counts"])
+        checked = summary["mutants"] - counts["not checked"] - counts["no tests"] - counts["skipped"]
+        caught = counts["killed"] + counts["timeout"] + counts["segfault"]
+        score = "n/a" if not checked else f"{caught / checked:.3f}"
+        rows.append(f"| `{summary['module']}` | {summary['mutants']} | {checked} | {counts['killed']} + "
+                    f"{counts['timeout']} | {counts['survived']} | {counts['no tests']} | {score} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", nargs="?", choices=sorted(TARGETS), help="the module to mutate")
@@ -134,7 +166,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="niceness of the run (default 10: other work on the machine goes first)")
     parser.add_argument("--survivors", action="store_true", help="print each surviving mutant's diff")
     parser.add_argument("--list", action="store_true", help="list the targeted modules and their test files")
+    parser.add_argument("--export", action="store_true",
+                        help=f"copy every module's last summary to {RESULTS.relative_to(ROOT)}/ and print the table")
+    parser.add_argument("--table", action="store_true",
+                        help=f"print docs/testing.md's score table from {RESULTS.relative_to(ROOT)}/")
     args = parser.parse_args(argv)
+    if args.export or args.table:
+        if args.export:
+            for path in export():
+                print("wrote", path.relative_to(ROOT))
+        print(table())
+        return 0
     if args.list or args.module is None:
         for module, tests in TARGETS.items():
             print(f"{module}: {' '.join(tests)}")
