@@ -1221,3 +1221,34 @@ def test_same_start_is_unknown_for_observations_that_cannot_be_compared():
     fail_attempt(env)
     env.step(GOOD_REFLECTION)
     assert succeed_attempt(env)[4]["record"]["same_start"] is None
+
+
+def test_the_record_says_how_each_attempt_ended_and_seed_errors_name_the_type():
+    env = ReflectionWrapper(Pit())
+    env.reset(seed=0)
+    env.step("jump")
+    env.step(GOOD_REFLECTION)
+    *_, info = play(env, ["left"] * 10)
+    record = info["record"]
+    assert (record["attempt1"]["terminated"], record["attempt1"]["truncated"]) == (True, False)
+    assert (record["attempt2"]["terminated"], record["attempt2"]["truncated"]) == (False, True)
+    for seed, name in ((True, "bool"), ("1", "str")):
+        with pytest.raises(TypeError, match=f"^seed must be an int or None, got {name}$"):
+            env.reset(seed=seed)
+
+
+def test_a_non_text_attempt_is_shown_as_its_text_and_only_a_symbol_set_reaches_the_request():
+    class Symbolic(ArrayCorridor):
+        symbols = {"agent": "A"}  # not a SymbolSet: the request carries none
+
+    requests = []
+    env = ReflectionWrapper(Symbolic(), reflector=lambda r: requests.append(r) or GOOD_REFLECTION)
+    env.reset(seed=2)
+    fail_attempt(env)
+    (request,) = requests
+    bare = Symbolic()
+    bare.reset(seed=2)
+    for step in request.steps:
+        last = bare.step(step.action)[0]
+    assert request.final_observation == str(last) and request.steps[0].observation.startswith("[")
+    assert request.symbols is None
