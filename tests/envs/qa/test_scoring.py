@@ -268,7 +268,14 @@ def test_paper_extraction_scores_latex_literally():
         ("abcdef! gg hh jj kk ll mm nn pp qq rr tt uu vv ww xx yy", "abcdef"),  # 0 is not: the first over 5
         ("abcde. abcdef", "abcdef"),
         ("ab. " * 30, ("ab. " * 30)[:100].strip()),  # nothing else: the first 100 characters
+        ('the answer is "abcd".', "abcd"),  # an answer phrase is trimmed of punctuation at both ends
+        ("<think>long draft</think>hmm", "hmm"),  # thinking is dropped, not replaced
     ],
 )
 def test_paper_extraction_fallback_bounds(reply, answer):
     assert extract_answer_paper(reply) == answer
+
+
+def test_an_unknown_answer_extraction_is_named():
+    with pytest.raises(ValueError, match=r"^answer_extraction must be one of \['boxed', 'paper'\], got 'fancy'$"):
+        extract_answer("x", "fancy")
