@@ -1252,3 +1252,22 @@ def test_a_non_text_attempt_is_shown_as_its_text_and_only_a_symbol_set_reaches_t
         last = bare.step(step.action)[0]
     assert request.final_observation == str(last) and request.steps[0].observation.startswith("[")
     assert request.symbols is None
+
+
+def test_vector_infos_mark_a_key_only_for_the_sub_env_that_emitted_it():
+    envs = ReflectionSyncVectorEnv([lambda: ReflectionWrapper(Corridor(max_steps=4)),
+                                    lambda: ReflectionWrapper(Corridor(max_steps=10))])
+    envs.reset(seed=[1, 2])
+    for _ in range(4):
+        envs.step(["left", "left"])
+    *_, info = envs.step([GOOD_REFLECTION, "left"])  # only sub-env 0 was reflecting
+    assert list(info["_reflection_fallback"]) == [True, False] and not info["reflection_fallback"][0]
+    assert list(info["phase"]) == ["attempt2", "attempt1"]
+
+
+def test_async_vector_env_passes_its_keyword_arguments_on():
+    envs = ReflectionAsyncVectorEnv([lambda: ReflectionWrapper(Corridor())] * 2, copy=False)
+    try:
+        assert envs.copy is False and envs.shared_memory is False
+    finally:
+        envs.close()
