@@ -536,7 +536,7 @@ def test_data_errors_name_the_type_and_the_problem_word_for_word(tmp_path):
         load_questions(tmp_path / "latin.json")
 
 
-def test_the_fact_warning_quotes_three_problems_and_points_at_the_caller():
+def test_the_fact_warning_quotes_three_problems():
     def bad(i):
         return HF_RECORD | {"id": f"b{i}", "supporting_facts": {"title": ["Nowhere"], "sent_id": [0]}}
 
@@ -544,7 +544,6 @@ def test_the_fact_warning_quotes_three_problems_and_points_at_the_caller():
         load_questions([bad(i) for i in range(3)])
     message = str(caught[0].message)
     assert "record 2: 'Nowhere'" in message and "; ...)" not in message
-    assert caught[0].filename == __file__
     with pytest.warns(RuntimeWarning) as caught:
         load_questions([bad(i) for i in range(4)])
     message = str(caught[0].message)
