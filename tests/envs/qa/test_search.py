@@ -501,3 +501,15 @@ def test_an_index_of_passages_without_words_has_zero_average_idf():
     for idf in ("okapi", "lucene"):
         index = BM25Index(["...", "!!"], idf=idf)
         assert index.average_idf == 0.0 and index.scores("anything").tolist() == [0.0, 0.0]
+
+
+def test_search_defaults_to_five_hits_and_names_bad_queries_and_unsaved_caches(tmp_path):
+    index = BM25Index([f"common word{i}" for i in range(8)])
+    assert len(index.search("common")) == 5 and [len(hits) for hits in index.search_batch(["common"])] == [5]
+    with pytest.raises(TypeError, match="^a query must be a str, got int$"):
+        index.search(3)
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("x")
+    search._LIVE_INDEXES.clear()
+    with pytest.warns(UserWarning, match="could not save the BM25 index to .*; it will be rebuilt next time"):
+        BM25Index.cached(["a b", "c d"], cache_dir=blocker)
