@@ -472,3 +472,100 @@ def test_prefixes_from_different_generate_calls_are_stacked_from_their_own_cache
     assert torch.equal(keys[1], torch.zeros(1, 4, 2))
     assert torch.equal(keys[2], b_keys[0][:, [1, 1, 2, 3]])
     assert torch.equal(values, -keys)
+
+
+# ------------------------------------------------------------------------------------------------ run_episodes' rules
+
+
+def test_run_episodes_defaults_turn_every_budget_and_extra_off():
+    import inspect
+
+    defaults = {name: p.default for name, p in inspect.signature(run_episodes).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    assert defaults == {"reflect_sampling": None, "constrained": False, "max_seq_len": 8192, "table": None,
+                        "timing": None, "mask_truncated": False, "time_limit": 0.0, "token_limit": 0,
+                        "kv_reuse": True, "response_budget": 0, "reflect_prefix": "", "reflect_stop": ""}
+
+
+def test_timing_adds_up_across_calls_and_stays_within_the_wall_clock(policy):
+    import time
+
+    timing = {"generation": 5.0, "env": 7.0}
+    started = time.perf_counter()
+    run_episodes(policy, [TextBanditEnv(turns=2)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=timing)
+    elapsed = time.perf_counter() - started
+    assert 5.0 < timing["generation"] < 5.0 + elapsed and 7.0 < timing["env"] < 7.0 + elapsed
+    fresh = {}
+    run_episodes(policy, [TextBanditEnv(turns=2)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=fresh)
+    assert 0.0 < fresh["generation"] + fresh["env"] < elapsed + 1.0
+
+
+def test_a_conversation_gets_a_reply_while_one_token_and_its_end_still_fit(policy):
+    """max_seq_len = opening + 2: one sampled token and the end-of-turn that closes it fill the sequence exactly;
+    opening + 1: no reply at all. Nothing ever grows past max_seq_len."""
+    env = TextBanditEnv(turns=2)
+    opening = len(policy.chat.open(env.instructions, "Turn 1 of 2. Which door?"))
+    for room, sampled in ((2, 1), (3, 2), (1, 0), (0, 0)):
+        torch.manual_seed(0)
+        (episode,) = run_episodes(policy, [TextBanditEnv(turns=2)], [(1, None)], [0],
+                                  SamplingParams(1.0, 1.0, 0, 50), max_seq_len=opening + room)
+        (trajectory,) = episode.trajectories
+        assert trajectory.prompt_len == opening and trajectory.num_model_tokens == sampled, room
+        assert len(trajectory.tokens) == opening + (room if sampled else 0) and trajectory.overflowed, room
+    # The opening's tokens are context: log-prob 0, no constraint.
+    assert trajectory.logprobs[:opening] == [0.0] * opening and trajectory.constraints[:opening] == [-1] * opening
+
+
+def test_one_overflowing_conversation_does_not_stop_the_others(policy):
+    long_winded = TextBanditEnv(turns=2)
+    long_winded.instructions = "Pick a door. " * 40
+    short = TextBanditEnv(turns=2)
+    opening = len(policy.chat.open(short.instructions, "Turn 1 of 2. Which door?"))
+    episodes = run_episodes(policy, [long_winded, short], [(1, None), (2, None)], [0, 1],
+                            SamplingParams(1.0, 1.0, 0, 3), constrained=True, table=ConstraintTable(),
+                            max_seq_len=opening + 40)
+    assert episodes[0].trajectories[0].overflowed and episodes[0].trajectories[0].num_model_tokens == 0
+    assert episodes[1].trajectories[0].num_model_tokens > 0 and not episodes[1].trajectories[0].overflowed
+
+
+def test_attempts_sample_with_their_own_params_and_count_what_they_generate(policy):
+    """Attempt replies use ``sampling`` (here at most 1 token), never the reflection's; every reply cut short is
+    counted; an episode's generated tokens are all its sampled tokens."""
+    from erl_envs.reflection import ReflectionWrapper
+
+    envs = [ReflectionWrapper(TextBanditEnv(turns=3, prize=0), gate_threshold=4.0) for _ in range(3)]
+    torch.manual_seed(5)
+    episodes = run_episodes(policy, envs, [(i, None) for i in range(3)], [0, 1, 2], SamplingParams(1.0, 1.0, 0, 1),
+                            reflect_sampling=SamplingParams(1.0, 1.0, 0, 9))
+    for episode in episodes:
+        attempts = [t for t in episode.trajectories if t.role != "reflection"]
+        for attempt in attempts:
+            assert attempt.num_model_tokens <= 3  # three turns of one token each
+            assert attempt.truncated_replies == sum(
+                1 for i, m in enumerate(attempt.mask) if m and attempt.tokens[i] not in policy.chat.stop_ids)
+        assert episode.generated_tokens == sum(t.num_model_tokens for t in episode.trajectories)
+    assert max(t.num_model_tokens for e in episodes for t in e.trajectories if t.role == "reflection") > 1
+    assert max(t.truncated_replies for e in episodes for t in e.trajectories if t.role != "reflection") >= 2
+
+
+def test_replies_cut_by_max_new_tokens_are_masked_when_asked(policy):
+    torch.manual_seed(2)
+    (episode,) = run_episodes(policy, [TextBanditEnv(turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 1),
+                              mask_truncated=True)
+    (trajectory,) = episode.trajectories
+    reply_positions = [i for i in range(trajectory.prompt_len, len(trajectory.tokens))
+                       if trajectory.tokens[i] not in policy.chat.stop_ids and trajectory.mask[i] == 0
+                       and trajectory.tokens[i] != policy.chat.end_of_turn_id]
+    assert trajectory.truncated_replies >= 1 and trajectory.num_model_tokens == 3 - trajectory.truncated_replies
+    assert all(trajectory.logprobs[i] == 0.0 and trajectory.constraints[i] == -1 for i in reply_positions)
+
+
+def test_reset_options_reach_the_env(policy):
+    class Recording(TextBanditEnv):
+        def reset(self, *, seed=None, options=None):
+            self.options_seen = options
+            return super().reset(seed=seed, options=options)
+
+    env = Recording()
+    run_episodes(policy, [env], [(1, {"level": 3})], [0], SamplingParams(1.0, 1.0, 0, 4))
+    assert env.options_seen == {"level": 3}
