@@ -38,7 +38,12 @@ TARGETS = {
     "erl_agents/update.py": ["tests/agents/test_update.py"],
     "erl_agents/rollout.py": ["tests/agents/test_rollout.py", "tests/agents/test_rollout_kv_reuse.py",
                               "tests/agents/test_batch.py", "tests/agents/test_trainer_rows.py",
-                              "tests/agents/test_faults.py"],
+                              *(f"tests/agents/test_faults.py::{name}" for name in (  # the episode budgets
+                                  "test_truncated_replies_are_counted_and_optionally_masked_from_the_loss",
+                                  "test_token_budget_ends_an_episode_with_reward_zero_and_a_flag",
+                                  "test_episodes_within_budget_are_untouched",
+                                  "test_time_budget_ends_episodes_after_the_turn_that_overran",
+                                  "test_budget_inside_a_reflection_episode_stores_nothing"))],
     "erl_envs/qa/scoring.py": ["tests/envs/qa/test_scoring.py", "tests/envs/qa/test_tools.py"],
     "erl_envs/qa/search.py": ["tests/envs/qa/test_search.py"],
     "erl_envs/qa/tools.py": ["tests/envs/qa/test_tools.py"],
