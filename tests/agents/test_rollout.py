@@ -569,3 +569,55 @@ def test_reset_options_reach_the_env(policy):
     env = Recording()
     run_episodes(policy, [env], [(1, {"level": 3})], [0], SamplingParams(1.0, 1.0, 0, 4))
     assert env.options_seen == {"level": 3}
+
+
+def test_exact_bounds_of_the_token_budget_and_the_env_turn_guard(policy):
+    """Replies of a fixed length R (constrained doors): a token limit of R ends the episode after its first reply;
+    an env turn is added when it and one reply token with its end still fit max_seq_len, and not otherwise."""
+    env, reply, turn = _budget_setup(policy)
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                              table=ConstraintTable(), token_limit=reply)
+    assert episode.budget_ended == "tokens" and episode.generated_tokens == reply
+    probe = TextBanditEnv(turns=3, contextual=True)
+    opening = len(policy.chat.open(probe.instructions, probe.reset(seed=1)[0]))
+    for extra, turns in ((2, 2), (1, 1)):
+        limit = opening + reply + turn + extra
+        (episode,) = run_episodes(policy, [env], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8), constrained=True,
+                                  table=ConstraintTable(), max_seq_len=limit)
+        (trajectory,) = episode.trajectories
+        text = policy.tokenizer.decode(trajectory.tokens)
+        assert text.count("<|user|>") == turns and len(trajectory.tokens) <= limit, extra
+        assert len(trajectory.tokens) == (limit if turns == 2 else opening + reply), extra
+
+
+def test_no_time_limit_by_default_even_for_a_slow_env(policy):
+    import time
+
+    class Slow(TextBanditEnv):
+        def step(self, action):
+            time.sleep(0.55)
+            return super().step(action)
+
+    (episode,) = run_episodes(policy, [Slow(turns=2)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4))
+    assert episode.budget_ended == "" and len(episode.trajectories[0].tokens) > episode.trajectories[0].prompt_len
+
+
+def test_an_episode_samples_with_the_params_it_was_given(policy):
+    """The first reply of an episode is what generate_replies draws from the opening with the same seed and the same
+    (not neutral) temperature, top-p and top-k; a reflection's stop string never cuts an attempt's reply."""
+    env = TextBanditEnv(turns=1)
+    params = SamplingParams(0.7, 0.9, 3, 5)
+    torch.manual_seed(4)
+    (episode,) = run_episodes(policy, [env], [(1, None)], [0], params, kv_reuse=False)
+    (trajectory,) = episode.trajectories
+    opening = trajectory.tokens[:trajectory.prompt_len]
+    torch.manual_seed(4)
+    (reply,) = generate_replies(policy, [opening], params)
+    sampled = [t for t, m in zip(trajectory.tokens, trajectory.mask) if m]
+    assert sampled == reply.ids and trajectory.logprobs[trajectory.prompt_len:][:len(reply.ids)] == pytest.approx(
+        reply.logprobs, abs=1e-5)
+    (episode,) = run_episodes(policy, [TextBanditEnv(turns=2)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 8),
+                              constrained=True, table=ConstraintTable(), reflect_stop="`")
+    text = policy.tokenizer.decode(episode.trajectories[0].tokens)
+    replies = [r.split("<|end|>")[0] for r in text.split("<|assistant|>")[1:]]
+    assert replies and all(r in TextBanditEnv().valid_actions for r in replies)
