@@ -663,7 +663,8 @@ def test_an_hf_spec_source_is_keyed_by_its_split(tmp_path, monkeypatch):
     folder.mkdir()
     for split, ids in (("validation", ["v1"]), ("train", ["t1", "t2"])):
         (folder / f"{split}.jsonl").write_text("".join(json.dumps(QUESTIONS[0] | {"id": i}) + "\n" for i in ids))
-    assert [q.id for q in make(data=f"hf:{folder}", split="train").unwrapped.questions] == ["t1", "t2"]
+    train = make(data=f"hf:{folder}", split="train")  # kept alive: a key without the split would share its source
+    assert [q.id for q in train.unwrapped.questions] == ["t1", "t2"]
     assert [q.id for q in make(data=f"hf:{folder}", split="validation").unwrapped.questions] == ["v1"]
 
 
