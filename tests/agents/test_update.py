@@ -255,3 +255,59 @@ def test_a_later_optimizer_step_clips_against_the_sampling_policys_log_probs():
     loss, stats = _micro_batch_loss(model, None, rows, ConstraintTable(), config, tokenizer.pad_token_id,
                                     num_tokens=tokens, num_seqs=2, old=old)
     assert loss.item() == pytest.approx(total / tokens, rel=1e-5) and stats["clipped"] > 0
+
+
+def test_constrained_rows_are_scored_under_the_sets_they_were_sampled_from():
+    """Tokens sampled under constrained decoding carry a constraint-set index: the loss scores them (log-prob,
+    entropy, the KL to the reference, the distilled row's teacher) with every other token masked out, as they were
+    sampled; a row index of -1 (free sampling) keeps the whole vocabulary. Recomputed here term by term."""
+    from erl_agents.grpo import k3_kl
+
+    tokenizer = build_tiny_tokenizer(["a b c d e f g h i j k l m n o p"], vocab_size=64)
+    model, reference = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=3), build_tiny_model(tokenizer, 32, 1, 2, 64,
+                                                                                            seed=4)
+    table = ConstraintTable()
+    small, pair = table.intern([7, 8, 9]), table.intern([9, 10])
+    attempt = _row("attempt1", [5, 6, 7, 9, 11], 2, advantage=0.5)
+    attempt.constraints = [-1, -1, small, pair, -1]  # position i holds the set token i was sampled from
+    distilled = _row("distilled", [5, 6, 8, 10], 2, advantage=0.0, teacher_tokens=[12, 13, 5, 6, 8, 10],
+                     teacher_offset=2)
+    distilled.constraints = [-1, -1, small, pair]
+    batch = [attempt, distilled]
+    config = build_config(flags=dict(algo="erl", temperature=1.0, kl_coef=0.4, entropy_coef=0.1, distill_coef=1.5,
+                                     loss_agg="token-mean", output="unused"))
+    num_tokens = sum(sum(t.mask[1:]) for t in batch)
+    loss, stats = _micro_batch_loss(model, reference, batch, table, config, tokenizer.pad_token_id,
+                                    num_tokens=num_tokens, num_seqs=2, old=None)
+
+    def masked(logits, row):
+        sets = [table.sets[c] if c >= 0 else None for c, m in zip(row.constraints[1:], row.mask[1:]) if m]
+        allowed = torch.zeros_like(logits, dtype=torch.bool)
+        for i, chosen in enumerate(sets):
+            allowed[i, list(chosen) if chosen is not None else slice(None)] = True
+        return torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+
+    total, kl_sum, entropy_sum = 0.0, 0.0, 0.0
+    for row in batch:
+        logits, _, _ = _by_hand(model, row, 1.0)
+        ref_logits, _, _ = _by_hand(reference, row, 1.0)
+        targets = torch.tensor(row.tokens[1:])[torch.tensor(row.mask[1:], dtype=torch.bool)]
+        log_probs, ref_log_probs = masked(logits, row), masked(ref_logits, row)
+        log_p = log_probs.gather(-1, targets[:, None])[:, 0]
+        ref_log_p = ref_log_probs.gather(-1, targets[:, None])[:, 0]
+        entropy = -(log_probs.exp() * log_probs.clamp_min(-1e30)).nan_to_num().sum(-1)
+        kl = k3_kl(log_p, ref_log_p)
+        per_token = -row.advantage + 0.4 * kl - 0.1 * entropy
+        if row.teacher_tokens is not None:
+            with torch.no_grad():
+                teacher_all = model(torch.tensor([row.teacher_tokens])).logits[0, :-1]
+            positions = torch.tensor(row.mask[1:]).nonzero()[:, 0] + row.teacher_offset
+            log_t = masked(teacher_all[positions].float(), row)
+            inside = log_probs > float("-inf")
+            per_token = per_token + 1.5 * torch.where(inside, log_probs.exp() * (log_probs - log_t), 0.0).sum(-1)
+        total += per_token.sum().item()
+        kl_sum += kl.sum().item()
+        entropy_sum += entropy.sum().item()
+    assert stats["entropy"] == pytest.approx(entropy_sum, rel=1e-4)
+    assert stats["kl"] == pytest.approx(kl_sum, rel=1e-4, abs=1e-6)
+    assert loss.item() == pytest.approx(total / num_tokens, rel=1e-4, abs=1e-6)
