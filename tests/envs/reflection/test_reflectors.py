@@ -704,6 +704,8 @@ def test_rulebook_lines_that_carry_an_example_keep_their_rule():
     assert ("- Moving onto C ends the game at once as a failure (seen at step 4: Down from row 1, column 2 into the "
             "hole at row 2, column 2).") in prompt
     assert "wastes the turn.\n" not in prompt  # the edge was seen: its rule comes with the example only
+    assert ("- Last time you fell into the hole at row 2, column 2; check the cell you are about to enter every "
+            "turn.") in prompt
     request, _ = trace_of("ERL-FrozenLake-v0", 0, ["```Right```", "```Down```"], options={"map": ["SFF", "FHF", "FFG"]})
     prompt = rulebook_of(request)
     assert "- A move off the edge of the board leaves you where you are and wastes the turn.\n" in prompt
@@ -727,14 +729,16 @@ def test_the_qa_prompt_quotes_the_last_answer_at_most_8_searches_and_clips_long_
     from erl_envs.reflection.rulebooks import write_rulebook
 
     long = "x" * 130
-    steps = tuple(TraceStep("obs", f"<search>query {i}</search>", 0.0, True, False, False, "") for i in range(9)) + (
-        TraceStep("obs", f"<search>{long}</search>", 0.0, True, False, False, ""),
+    steps = (TraceStep("obs", f"<search>{long}</search>", 0.0, True, False, False, ""),) + tuple(
+        TraceStep("obs", f"<search>query {i}</search>", 0.0, True, False, False, "") for i in range(9)) + (
         TraceStep("obs", "first \\boxed{Paris}", 0.0, True, False, False, ""),
-        TraceStep("obs", "then \\boxed{" + long + "}", 0.0, True, True, False, ""))
+        TraceStep("obs", "then \\boxed{" + long + "}", 0.0, True, False, False, ""),
+        TraceStep("obs", "no answer in this reply", 0.0, True, True, False, ""))
     request = ReflectionRequest(text="", system_prompt="", base_prompt="Q", style="qa", steps=steps,
                                 final_observation="end", total_return=0.4, success=True, feedback="partial")
     prompt = write_rulebook(request, None)
-    assert "query 7" in prompt and "query 8" not in prompt  # the first 8 searches
+    assert f'"{clip_text(long, 120)}"; "query 0"' in prompt  # searches clipped at 120 characters
+    assert "query 6" in prompt and "query 7" not in prompt  # the first 8 searches
     assert f'- Its final answer "{clip_text(long, 120)}" was correct (partial).' in prompt
     assert clip_text(long, 120) != clip_text(long, 121) and "Paris" not in prompt
     request = dataclasses.replace(request, success=False)
@@ -745,15 +749,15 @@ def test_the_generic_lessons_show_at_most_8_idle_and_10_tried_actions_clipped_at
     from erl_envs.reflection.rulebooks import write_rulebook
 
     long = "y" * 90
-    actions = [f"act{i}" for i in range(11)] + [long]
+    actions = [long] + [f"act{i}" for i in range(11)]
     steps = tuple(TraceStep("o", a, 0.0, False, False, False, "") for a in actions)
     request = ReflectionRequest(text="", system_prompt="", base_prompt="Do it.", style="generic", steps=steps,
                                 final_observation="o", total_return=0.0, success=False, feedback="lost")
     prompt = write_rulebook(request, None)
     idle = prompt.split("These actions had no effect: ")[1].split(". Do not")[0]
-    assert idle.count("(step ") == 8 and '"act7" (step 8)' in idle
+    assert idle.count("(step ") == 8 and '"act6" (step 8)' in idle and f'"{clip_text(long, 80)}" (step 1)' in idle
     tried = prompt.split("Actions you tried: ")[1].split(". Where")[0]
-    assert tried.count('"') == 20 and '"act9"' in tried and '"act10"' not in tried
+    assert tried.count('"') == 20 and '"act8"' in tried and '"act9"' not in tried
     steps = (TraceStep("o", long, 0.0, True, False, False, ""),)
     prompt = write_rulebook(dataclasses.replace(request, steps=steps), None)
     assert f'"{clip_text(long, 80)}"' in prompt and clip_text(long, 80) != clip_text(long, 81)
@@ -779,3 +783,12 @@ def test_a_symbol_set_of_exactly_a_games_kinds_gets_its_rulebook():
     # The default detail is the full rulebook, not the plan alone.
     plain = write_rulebook(request, request.symbols)
     assert plain == write_rulebook(request, request.symbols, detail="full") and "Boxes can only be pushed" in plain
+
+
+def test_a_move_is_attributed_to_what_the_env_read_not_to_the_reply_text():
+    """The wrapper's trace carries the env's own reading (action_read): the rulebook attributes the move to it."""
+    boards = ["P../.../...", ".../P../..."]
+    request = _grid_request(boards, ["```Left```"])
+    request = dataclasses.replace(request, steps=(dataclasses.replace(request.steps[0], action_read="Down",
+                                                                      action_reported=True),))
+    assert "- Down moves you one row down (seen at step 1)." in rulebook_of(request)
