@@ -311,3 +311,34 @@ def test_constrained_rows_are_scored_under_the_sets_they_were_sampled_from():
     assert stats["entropy"] == pytest.approx(entropy_sum, rel=1e-4)
     assert stats["kl"] == pytest.approx(kl_sum, rel=1e-4, abs=1e-6)
     assert loss.item() == pytest.approx(total / num_tokens, rel=1e-4, abs=1e-6)
+
+
+def test_the_update_reports_the_losss_terms_per_token_and_counts_its_steps():
+    """policy_update's statistics are the loss's own sums over the batch's tokens: one optimizer step (SGD at lr 0:
+    the weights stay), its loss, clip fraction (0: fresh log-probs), entropy, KL and reverse KL per token, the
+    trained tokens and a finite gradient norm; two PPO epochs are two steps."""
+    tokenizer = build_tiny_tokenizer(["a b c d e f g h i j k l m n o p"], vocab_size=64)
+    model, reference = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=1), build_tiny_model(tokenizer, 32, 1, 2, 64,
+                                                                                            seed=2)
+    batch = [_row("attempt1", [5, 6, 7, 8, 9, 10], 3, advantage=0.7),
+             _row("distilled", [5, 6, 7, 9, 8, 10], 3, advantage=0.2, teacher_tokens=[11, 12, 5, 6, 7, 9, 8, 10],
+                  teacher_offset=2)]
+    flags = dict(algo="erl", temperature=1.0, kl_coef=0.3, entropy_coef=0.05, distill_coef=2.0, lr=1e-3,
+                 loss_agg="token-mean", max_grad_norm=1e9, minibatches=1, ppo_epochs=1, output="unused")
+    config = build_config(flags=flags)
+    tokens = sum(sum(t.mask[1:]) for t in batch)
+    loss, parts = _micro_batch_loss(model, reference, batch, ConstraintTable(), config, tokenizer.pad_token_id,
+                                    num_tokens=tokens, num_seqs=2, old=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    stats = policy_update(model, optimizer, None, batch, ConstraintTable(), config, tokenizer.pad_token_id,
+                          ref_model=reference)
+    assert stats["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    assert (stats["clip_frac"], stats["trained_tokens"], stats["optimizer_steps"], stats["skipped_updates"]) == (
+        0.0, tokens, 1, 0)
+    assert stats["entropy"] == pytest.approx(parts["entropy"] / tokens, rel=1e-5)
+    assert stats["kl"] == pytest.approx(parts["kl"] / tokens, rel=1e-5, abs=1e-9)
+    assert stats["reverse_kl"] == pytest.approx(parts["reverse_kl"] / parts["reverse_kl_tokens"], rel=1e-5)
+    assert 0 < stats["grad_norm"] < float("inf") and "loss_scale_skips" not in stats
+    twice = policy_update(model, optimizer, None, batch, ConstraintTable(), build_config(flags=flags | {
+        "ppo_epochs": 2}), tokenizer.pad_token_id, ref_model=reference)
+    assert twice["optimizer_steps"] == 2 and twice["trained_tokens"] == 2 * tokens
