@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
     "erl_agents/grpo.py": ["tests/agents/test_grpo.py"],
     "erl_agents/batch.py": ["tests/agents/test_batch.py"],
-    "erl_agents/update.py": ["tests/agents/test_update.py"],
+    "erl_agents/update.py": ["tests/agents/test_update.py", "tests/agents/test_accelerator.py",
+                             "tests/agents/test_lora.py"],
     "erl_agents/rollout.py": ["tests/agents/test_rollout.py", "tests/agents/test_rollout_kv_reuse.py",
                               "tests/agents/test_batch.py", "tests/agents/test_trainer_rows.py",
                               *(f"tests/agents/test_faults.py::{name}" for name in (  # the episode budgets
