@@ -104,6 +104,13 @@ def prepare(module: str, folder: Path, fresh: bool, tests: list[str]) -> None:
         config.write(handle)
 
 
+def checked_and_caught(counts: Counter) -> tuple[int, int]:
+    """Mutants a run checked (not "no tests", unchecked or skipped) and those it caught (killed, timed out,
+    crashed): the score is their ratio."""
+    checked = sum(n for status, n in counts.items() if status not in ("no tests", "not checked", "skipped"))
+    return checked, counts["killed"] + counts["timeout"] + counts["segfault"]
+
+
 def summarise(folder: Path, module: str, tests: list[str]) -> dict:
     """Mutant counts by status, read from the meta file mutmut writes beside the mutated module."""
     from mutmut.stats import status_by_exit_code
@@ -111,14 +118,13 @@ def summarise(folder: Path, module: str, tests: list[str]) -> dict:
     meta = json.loads((folder / "mutants" / (module + ".meta")).read_text())
     statuses = {name: status_by_exit_code[code] for name, code in meta["exit_code_by_key"].items()}
     counts = Counter(statuses.values())
-    tested = sum(n for status, n in counts.items() if status not in ("no tests", "not checked", "skipped"))
-    caught = counts["killed"] + counts["timeout"] + counts["segfault"]
+    checked, caught = checked_and_caught(counts)
     return {
         "module": module,
         "tests": tests,
         "mutants": len(statuses),
         "counts": dict(sorted(counts.items())),
-        "score": caught / tested if tested else None,
+        "score": caught / checked if checked else None,
         "survived": sorted(name for name, status in statuses.items() if status == "survived"),
         "no_tests": sorted(name for name, status in statuses.items() if status == "no tests"),
     }
@@ -148,8 +154,7 @@ def table(folder: Path = RESULTS) -> str:
     for path in sorted(folder.glob("*.json")):
         summary = json.loads(path.read_text())
         counts = Counter(summary["counts"])
-        checked = summary["mutants"] - counts["not checked"] - counts["no tests"] - counts["skipped"]
-        caught = counts["killed"] + counts["timeout"] + counts["segfault"]
+        checked, caught = checked_and_caught(counts)
         score = "n/a" if not checked else f"{caught / checked:.3f}"
         rows.append(f"| `{summary['module']}` | {summary['mutants']} | {checked} | {counts['killed']} + "
                     f"{counts['timeout']} | {counts['survived']} | {counts['no tests']} | {score} |")

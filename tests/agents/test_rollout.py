@@ -1,6 +1,7 @@
 """Token-in/token-out rollouts, constrained decoding and consolidation copies (erl_agents/rollout.py)."""
 
 import re
+import time
 
 import pytest
 import torch
@@ -26,6 +27,30 @@ def policy():
     tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
     torch.manual_seed(0)
     return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
+
+
+class Recording(TextBanditEnv):
+    """Records what the rollout hands the env: the last reset's seed and options, and every reply since."""
+
+    def reset(self, *, seed=None, options=None):
+        self.reset_with, self.replies = (seed, options), []
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.replies.append(action)
+        return super().step(action)
+
+
+class Slow(TextBanditEnv):
+    """Every step takes ``delay`` seconds."""
+
+    def __init__(self, delay, **kwargs):
+        super().__init__(**kwargs)
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return super().step(action)
 
 
 def _recomputed_log_probs(policy, trajectory, table):
@@ -418,11 +443,6 @@ def test_a_reply_is_cut_only_when_it_passes_the_room_and_always_ends_its_attempt
 def test_the_response_budget_wrapper_ends_only_steps_that_did_not_end_themselves():
     from erl_agents.rollout import ResponseBudget
 
-    class Recording(TextBanditEnv):
-        def reset(self, *, seed=None, options=None):
-            self.reset_with = (seed, options)
-            return super().reset(seed=seed, options=options)
-
     env = ResponseBudget(Recording(turns=2))
     assert (env.end_if, env.ended) == (None, False)
     env.reset(seed=3, options={"x": 1})
@@ -488,21 +508,14 @@ def test_run_episodes_defaults_turn_every_budget_and_extra_off():
 
 
 def test_timing_adds_up_across_calls_and_stays_within_the_wall_clock(policy):
-    import time
-
-    class Slow(TextBanditEnv):
-        def step(self, action):
-            time.sleep(0.05)
-            return super().step(action)
-
     timing = {"generation": 5.0, "env": 7.0}
     started = time.perf_counter()
-    run_episodes(policy, [Slow(turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=timing)
+    run_episodes(policy, [Slow(0.05, turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=timing)
     elapsed = time.perf_counter() - started
     assert 5.0 < timing["generation"] < 5.0 + elapsed and 7.0 + 0.15 <= timing["env"] < 7.0 + elapsed
     fresh = {}
     started = time.perf_counter()
-    run_episodes(policy, [Slow(turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=fresh)
+    run_episodes(policy, [Slow(0.05, turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4), timing=fresh)
     assert 0.15 <= fresh["env"] and 0.0 < fresh["generation"] + fresh["env"] <= time.perf_counter() - started
 
 
@@ -523,11 +536,6 @@ def test_a_conversation_gets_a_reply_while_one_token_and_its_end_still_fit(polic
 
 
 def test_one_overflowing_conversation_does_not_stop_the_others(policy):
-    class Recording(TextBanditEnv):
-        def step(self, action):
-            self.replies = getattr(self, "replies", []) + [action]
-            return super().step(action)
-
     long_winded = Recording(turns=2)
     long_winded.instructions = "Pick a door. " * 40
     short = TextBanditEnv(turns=2)
@@ -575,14 +583,9 @@ def test_replies_cut_by_max_new_tokens_are_masked_when_asked(policy):
 
 
 def test_reset_options_reach_the_env(policy):
-    class Recording(TextBanditEnv):
-        def reset(self, *, seed=None, options=None):
-            self.options_seen = options
-            return super().reset(seed=seed, options=options)
-
     env = Recording()
     run_episodes(policy, [env], [(1, {"level": 3})], [0], SamplingParams(1.0, 1.0, 0, 4))
-    assert env.options_seen == {"level": 3}
+    assert env.reset_with == (1, {"level": 3})
 
 
 def test_exact_bounds_of_the_token_budget_and_the_env_turn_guard(policy):
@@ -605,14 +608,7 @@ def test_exact_bounds_of_the_token_budget_and_the_env_turn_guard(policy):
 
 
 def test_no_time_limit_by_default_even_for_a_slow_env(policy):
-    import time
-
-    class Slow(TextBanditEnv):
-        def step(self, action):
-            time.sleep(0.55)
-            return super().step(action)
-
-    (episode,) = run_episodes(policy, [Slow(turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4))
+    (episode,) = run_episodes(policy, [Slow(0.55, turns=3)], [(1, None)], [0], SamplingParams(1.0, 1.0, 0, 4))
     assert episode.budget_ended == "" and episode.trajectories[0].num_model_tokens > 0
 
 

@@ -178,13 +178,52 @@ def _by_hand(model, row, temperature):
     return logits, log_probs.gather(-1, targets[:, None])[:, 0], -(log_probs.exp() * log_probs).sum(-1)
 
 
+def _loss_by_hand(model, reference, batch, temperature, kl_coef, entropy_coef, distill_coef, table=None):
+    """The micro-batch loss summed over tokens, with its KL and entropy sums, each term from its own definition:
+    PPO at ratio 1 (-A per token) + kl_coef * k3(policy, reference) - entropy_coef * entropy, + distill_coef *
+    KL(student || teacher) on rows with teacher tokens, the teacher read teacher_offset positions later. With a
+    constraint table, each token is scored under the set it was sampled from (every other token masked out)."""
+    from erl_agents.grpo import k3_kl
+
+    def log_probs_of(logits, row):
+        logits = logits.float() / temperature
+        if table is not None:
+            sets = [table.sets[c] if c >= 0 else None for c, m in zip(row.constraints[1:], row.mask[1:]) if m]
+            allowed = torch.zeros_like(logits, dtype=torch.bool)
+            for i, chosen in enumerate(sets):
+                allowed[i, list(chosen) if chosen is not None else slice(None)] = True
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        return torch.log_softmax(logits, dim=-1)
+
+    total, kl_sum, entropy_sum = 0.0, 0.0, 0.0
+    for row in batch:
+        keep = torch.tensor(row.mask[1:], dtype=torch.bool)
+        targets = torch.tensor(row.tokens[1:])[keep]
+        with torch.no_grad():
+            log_probs = log_probs_of(model(torch.tensor([row.tokens])).logits[0, :-1][keep], row)
+            ref_log_probs = log_probs_of(reference(torch.tensor([row.tokens])).logits[0, :-1][keep], row)
+        inside = log_probs > float("-inf")
+        log_p = log_probs.gather(-1, targets[:, None])[:, 0]
+        kl = k3_kl(log_p, ref_log_probs.gather(-1, targets[:, None])[:, 0])
+        entropy = -torch.where(inside, log_probs.exp() * log_probs, 0.0).sum(-1)
+        per_token = -row.advantage + kl_coef * kl - entropy_coef * entropy
+        if row.teacher_tokens is not None:
+            with torch.no_grad():
+                teacher = model(torch.tensor([row.teacher_tokens])).logits[0, :-1]
+            log_t = log_probs_of(teacher[keep.nonzero()[:, 0] + row.teacher_offset], row)
+            per_token = per_token + distill_coef * torch.where(inside, log_probs.exp() * (log_probs - log_t),
+                                                               0.0).sum(-1)
+        total += per_token.sum().item()
+        kl_sum += kl.sum().item()
+        entropy_sum += entropy.sum().item()
+    return total, kl_sum, entropy_sum
+
+
 def test_the_loss_is_the_papers_terms_with_their_signs_coefficients_and_rows():
     """PPO (ratio 1 on fresh log-probs: -A per token) + kl_coef * k3(policy, reference) - entropy_coef * entropy,
     + distill_coef * KL(student || teacher) on the distilled row only, its teacher read teacher_offset positions
     later in the reflected context; token-mean over the batch's tokens. Each term is recomputed here from its own
     definition on separate forward passes, so a swapped model, sign, coefficient, row or offset changes the sum."""
-    from erl_agents.grpo import k3_kl
-
     tokenizer = build_tiny_tokenizer(["a b c d e f g h i j k l m n o p"], vocab_size=64)
     model, reference = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=1), build_tiny_model(tokenizer, 32, 1, 2, 64,
                                                                                             seed=2)
@@ -199,22 +238,8 @@ def test_the_loss_is_the_papers_terms_with_their_signs_coefficients_and_rows():
     loss, stats = _micro_batch_loss(model, reference, batch, ConstraintTable(), config, tokenizer.pad_token_id,
                                     num_tokens=num_tokens, num_seqs=len(batch), old=None)
 
-    total, kl_sum, entropy_sum = 0.0, 0.0, 0.0
-    for row in batch:
-        logits, log_p, entropy = _by_hand(model, row, 0.8)
-        _, ref_log_p, _ = _by_hand(reference, row, 0.8)
-        kl = k3_kl(log_p, ref_log_p)
-        per_token = -row.advantage + 0.3 * kl - 0.05 * entropy
-        if row.teacher_tokens is not None:
-            with torch.no_grad():
-                teacher_all = model(torch.tensor([row.teacher_tokens])).logits[0, :-1]
-            positions = torch.tensor(row.mask[1:]).nonzero()[:, 0] + row.teacher_offset
-            log_s = torch.log_softmax(logits / 0.8, dim=-1)
-            log_t = torch.log_softmax(teacher_all[positions].float() / 0.8, dim=-1)
-            per_token = per_token + 2.0 * (log_s.exp() * (log_s - log_t)).sum(-1)
-        total += per_token.sum().item()
-        kl_sum += kl.sum().item()
-        entropy_sum += entropy.sum().item()
+    total, kl_sum, entropy_sum = _loss_by_hand(model, reference, batch, 0.8, kl_coef=0.3, entropy_coef=0.05,
+                                               distill_coef=2.0)
     assert loss.item() == pytest.approx(total / num_tokens, rel=1e-4, abs=1e-6)
     assert stats["kl"] == pytest.approx(kl_sum, rel=1e-4) and stats["kl"] > 0
     assert stats["entropy"] == pytest.approx(entropy_sum, rel=1e-4) and stats["tokens"] == num_tokens
@@ -261,8 +286,6 @@ def test_constrained_rows_are_scored_under_the_sets_they_were_sampled_from():
     """Tokens sampled under constrained decoding carry a constraint-set index: the loss scores them (log-prob,
     entropy, the KL to the reference, the distilled row's teacher) with every other token masked out, as they were
     sampled; a row index of -1 (free sampling) keeps the whole vocabulary. Recomputed here term by term."""
-    from erl_agents.grpo import k3_kl
-
     tokenizer = build_tiny_tokenizer(["a b c d e f g h i j k l m n o p"], vocab_size=64)
     model, reference = build_tiny_model(tokenizer, 32, 1, 2, 64, seed=3), build_tiny_model(tokenizer, 32, 1, 2, 64,
                                                                                             seed=4)
@@ -280,34 +303,8 @@ def test_constrained_rows_are_scored_under_the_sets_they_were_sampled_from():
     loss, stats = _micro_batch_loss(model, reference, batch, table, config, tokenizer.pad_token_id,
                                     num_tokens=num_tokens, num_seqs=2, old=None)
 
-    def masked(logits, row):
-        sets = [table.sets[c] if c >= 0 else None for c, m in zip(row.constraints[1:], row.mask[1:]) if m]
-        allowed = torch.zeros_like(logits, dtype=torch.bool)
-        for i, chosen in enumerate(sets):
-            allowed[i, list(chosen) if chosen is not None else slice(None)] = True
-        return torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
-
-    total, kl_sum, entropy_sum = 0.0, 0.0, 0.0
-    for row in batch:
-        logits, _, _ = _by_hand(model, row, 1.0)
-        ref_logits, _, _ = _by_hand(reference, row, 1.0)
-        targets = torch.tensor(row.tokens[1:])[torch.tensor(row.mask[1:], dtype=torch.bool)]
-        log_probs, ref_log_probs = masked(logits, row), masked(ref_logits, row)
-        log_p = log_probs.gather(-1, targets[:, None])[:, 0]
-        ref_log_p = ref_log_probs.gather(-1, targets[:, None])[:, 0]
-        entropy = -(log_probs.exp() * log_probs.clamp_min(-1e30)).nan_to_num().sum(-1)
-        kl = k3_kl(log_p, ref_log_p)
-        per_token = -row.advantage + 0.4 * kl - 0.1 * entropy
-        if row.teacher_tokens is not None:
-            with torch.no_grad():
-                teacher_all = model(torch.tensor([row.teacher_tokens])).logits[0, :-1]
-            positions = torch.tensor(row.mask[1:]).nonzero()[:, 0] + row.teacher_offset
-            log_t = masked(teacher_all[positions].float(), row)
-            inside = log_probs > float("-inf")
-            per_token = per_token + 1.5 * torch.where(inside, log_probs.exp() * (log_probs - log_t), 0.0).sum(-1)
-        total += per_token.sum().item()
-        kl_sum += kl.sum().item()
-        entropy_sum += entropy.sum().item()
+    total, kl_sum, entropy_sum = _loss_by_hand(model, reference, batch, 1.0, kl_coef=0.4, entropy_coef=0.1,
+                                               distill_coef=1.5, table=table)
     assert stats["entropy"] == pytest.approx(entropy_sum, rel=1e-4)
     assert stats["kl"] == pytest.approx(kl_sum, rel=1e-4, abs=1e-6)
     assert loss.item() == pytest.approx(total / num_tokens, rel=1e-4, abs=1e-6)

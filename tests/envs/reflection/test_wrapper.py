@@ -758,8 +758,11 @@ def test_lazy_export():
 class Mutating(Corridor):
     """Consumes its options in place, as some envs do."""
 
+    def _take_start(self, options):
+        return options.pop("start") if options else None
+
     def reset(self, *, seed=None, options=None):
-        start = options.pop("start") if options else None
+        start = self._take_start(options)
         obs, info = super().reset(seed=seed)
         if start is not None:
             self.pos = start
@@ -1115,16 +1118,11 @@ def test_each_bad_argument_is_named_exactly(name, value, message):
         ReflectionWrapper(Corridor(), **{name: value})
 
 
-class NestedMutating(Corridor):
+class NestedMutating(Mutating):
     """Edits a nested part of its options in place."""
 
-    def reset(self, *, seed=None, options=None):
-        start = options["where"].pop("start") if options and "start" in options.get("where", {}) else None
-        obs, info = super().reset(seed=seed)
-        if start is not None:
-            self.pos = start
-            obs = self._obs()
-        return obs, info
+    def _take_start(self, options):
+        return options["where"].pop("start") if options and "start" in options.get("where", {}) else None
 
 
 def test_options_are_copied_deeply_and_uncopyable_ones_shallowly():
