@@ -28,6 +28,7 @@ __all__ = [
     "PAPER_SIZE",
     "PAPER_P",
     "MAX_MAP_SIDE",
+    "LARGEST_MAP_SIDE",
     "GENERATORS",
     "GENERATOR_MAX_TRIES",
     "PAPER_SEARCH_DEPTH",
@@ -38,6 +39,9 @@ PAPER_P = (0.6, 0.85)
 # Maps given at reset (or sizes asked for) may be this big even when the env generates smaller ones: the
 # observation space is sized for max(this, the largest generated size).
 MAX_MAP_SIDE = 16
+# No map is bigger than this per side (``size`` is refused beyond it before anything is allocated): the generator's
+# search and the text of a map grow with its area, and a served env takes sizes from its settings.
+LARGEST_MAP_SIDE = 100
 MAP_CHARS = "SFHG"
 # After this many rejected maps a path is carved through the last one; only reachable for p near 0 on big maps.
 GENERATOR_MAX_TRIES = 1000
@@ -169,6 +173,8 @@ def size_range(size: Any) -> tuple[int, int]:
         lo = hi = as_int(size, "size")
     if lo < 2 or lo > hi:
         raise ValueError(f"size must be an int >= 2 or a range (lo, hi) with 2 <= lo <= hi, got {size!r}")
+    if hi > LARGEST_MAP_SIDE:
+        raise ValueError(f"size {size!r} is too large: maps may be at most {LARGEST_MAP_SIDE} per side")
     return lo, hi
 
 

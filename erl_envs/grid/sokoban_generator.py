@@ -31,7 +31,7 @@ import numpy as np
 
 from erl_envs.grid import draws
 from erl_envs.grid.actions import MOVES, GridAction
-from erl_envs.grid.sokoban_levels import Cell, SokobanLevel, trusted_level
+from erl_envs.grid.sokoban_levels import LARGEST_LEVEL_SIDE, Cell, SokobanLevel, trusted_level
 from erl_envs.grid.sokoban_solver import solution_stats
 
 __all__ = [
@@ -95,6 +95,8 @@ def _check_size(size: int | Sequence[int] | str | None) -> tuple[int, int] | Non
             raise ValueError(f"size must be a (height, width) pair, got {size!r}")
     if min(shape) < 3:
         raise ValueError(f"size {shape} is too small: the room needs a wall border around at least one floor cell")
+    if max(shape) > LARGEST_LEVEL_SIDE:
+        raise ValueError(f"size {shape} is too large: levels may be at most {LARGEST_LEVEL_SIDE} per side")
     return shape
 
 

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from erl_envs.grid.actions import MOVES
-from erl_envs.safe_parse import loads_json
+from erl_envs.safe_parse import RefusedFileError, check_regular, loads_json, open_regular, read_text_limited
 
 __all__ = [
     "Cell",
@@ -41,6 +41,7 @@ __all__ = [
     "is_deadlocked",
     "UNREACHABLE",
     "LARGEST_LEVEL_SIDE",
+    "MAX_LEVEL_FILE_BYTES",
     "apply_move",
     "replay",
     "MOVED",
@@ -59,6 +60,8 @@ _TEXT_SUFFIXES = (".txt", ".xsb", ".sok")
 # No level is bigger than this per side (the largest classic levels are about 20 x 50): checking, drawing and
 # solving a level cost more than its size, so a file holding a 3000 x 3000 "level" is refused before it is read.
 LARGEST_LEVEL_SIDE = 100
+# The largest level file read: Boxoban's million levels as XSB text are about a tenth of this.
+MAX_LEVEL_FILE_BYTES = 1 << 30
 _MAX_RECORD_CHARS = 1 << 20  # a .jsonl line: a level of that size with its name, many times over
 # The push distance of a cell from which no goal can be reached.
 UNREACHABLE = 1 << 30
@@ -326,7 +329,9 @@ def replay(level: SokobanLevel, actions: Iterable[int]) -> SokobanLevel:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8-sig")
+        return read_text_limited(path, MAX_LEVEL_FILE_BYTES, "level file", encoding="utf-8-sig")
+    except RefusedFileError as err:  # not a regular file, or too large
+        raise LevelError(str(err)) from None
     except UnicodeDecodeError as err:
         raise LevelError(
             f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); save it as UTF-8"
@@ -384,7 +389,10 @@ def _parquet_records(path: Path) -> list[tuple[str, list[str], str, int]]:
     import pandas as pd
 
     try:
-        frame = pd.read_parquet(path)
+        with open_regular(path, "level file", MAX_LEVEL_FILE_BYTES) as f:
+            frame = pd.read_parquet(f)
+    except RefusedFileError as err:  # not a regular file, or too large
+        raise LevelError(str(err)) from None
     except Exception as err:  # pyarrow raises several unrelated types for a bad file
         raise LevelError(f"{path}: cannot be read as a parquet file ({type(err).__name__}: {err})") from None
     if "layout" not in frame.columns:
@@ -503,8 +511,10 @@ def load_levels(path: str | PathLike) -> list[SokobanLevel]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"level file not found: {path}")
-    if path.is_dir():
-        raise LevelError(f"{path} is a directory; pass a level file")
+    try:
+        check_regular(path, "level file")
+    except RefusedFileError as err:
+        raise LevelError(str(err)) from None
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         records = _parquet_records(path)

@@ -10,8 +10,9 @@ themselves (``Passage``, ``Question``) live in ``erl_envs.qa.records``, the gene
 both are re-exported here.
 
 Every problem with the data raises ``DataError`` (a ValueError) or FileNotFoundError naming the file and the fix.
-Files may start with a UTF-8 byte-order mark; a ``.jsonl`` line longer than ``MAX_RECORD_BYTES`` is refused without
-being read whole; text is scrubbed of lone surrogates (``"\ud800"`` escapes), so questions and passages are UTF-8;
+Files may start with a UTF-8 byte-order mark; a name that is not a regular file (a directory, a FIFO, a device) is
+refused before it is read, a file larger than ``MAX_DATA_FILE_BYTES`` by its size, and a ``.jsonl`` line longer
+than ``MAX_RECORD_BYTES`` without being read whole; text is scrubbed of lone surrogates (``"\ud800"`` escapes), so questions and passages are UTF-8;
 supporting facts that do not match their question's own paragraphs are named in one warning at load.
 """
 
@@ -27,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from erl_envs.protocol import utf8_safe
 from erl_envs.qa.records import Passage, Question
 from erl_envs.qa.synthetic import generate_synthetic
-from erl_envs.safe_parse import loads_json
+from erl_envs.safe_parse import RefusedFileError, loads_json, open_regular, read_text_limited, too_large
 
 __all__ = [
     "Passage",
@@ -43,11 +44,14 @@ __all__ = [
     "question_from_record",
     "generate_synthetic",
     "MAX_RECORD_BYTES",
+    "MAX_DATA_FILE_BYTES",
 ]
 
 # The longest line a .jsonl file of questions or passages may hold: a HotpotQA record with its 10 paragraphs is
 # tens of kilobytes, a long Wikipedia article a few hundred.
 MAX_RECORD_BYTES = 16 << 20
+# The largest data or corpus file read: several times HotpotQA's largest file (its training set, about 0.6 GB).
+MAX_DATA_FILE_BYTES = 4 << 30
 
 DATA_HELP = (
     "data= can be: 'synthetic' (generated offline; num_questions=, seed=), a HotpotQA .json/.jsonl/.parquet file, "
@@ -232,17 +236,26 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
         raise FileNotFoundError(f"no such data file: {path}")
     if path.suffix not in _FILE_KINDS:
         raise DataError(f"{path}: unsupported file type {path.suffix!r}; use one of {', '.join(_FILE_KINDS)}")
+    try:
+        return _read_file_records(path)
+    except RefusedFileError as exc:  # not a regular file, or too large
+        raise DataError(str(exc)) from None
+
+
+def _read_file_records(path: Path) -> list[Mapping[str, Any]]:
     if path.suffix == ".parquet":
         import pandas as pd
 
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
-            raise DataError(f"{path}: not a readable parquet file ({exc})") from exc
+        with open_regular(path, "data file", MAX_DATA_FILE_BYTES) as f:
+            try:
+                frame = pd.read_parquet(f)
+            except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
+                raise DataError(f"{path}: not a readable parquet file ({exc})") from exc
         return frame.to_dict("records")
     if path.suffix == ".json":
         try:
-            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark, which some editors write, is skipped
+            # a byte-order mark, which some editors write, is skipped
+            text = read_text_limited(path, MAX_DATA_FILE_BYTES, "data file", encoding="utf-8-sig")
         except UnicodeDecodeError as exc:
             raise DataError(f"{path}: not UTF-8 text ({exc})") from exc
         try:
@@ -259,9 +272,14 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
 
 def _jsonl_records(path: Path) -> Iterable[Any]:
     """The records of a .jsonl file, line by line: a line longer than ``MAX_RECORD_BYTES`` is refused after reading
-    only that much of it (a 200 MB line would otherwise take gigabytes to parse)."""
-    with open(path, "rb") as f:
+    only that much of it (a 200 MB line would otherwise take gigabytes to parse), and the file after
+    ``MAX_DATA_FILE_BYTES`` (it may grow while it is read)."""
+    read = 0
+    with open_regular(path, "data file", MAX_DATA_FILE_BYTES) as f:
         for number, raw in enumerate(iter(lambda: f.readline(MAX_RECORD_BYTES + 1), b""), start=1):
+            read += len(raw)
+            if read > MAX_DATA_FILE_BYTES:
+                raise too_large(path, read, MAX_DATA_FILE_BYTES, "data file")
             if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
                 raise DataError(f"{path}, line {number}: longer than {MAX_RECORD_BYTES:,} bytes, more than any "
                                 f"record needs")

@@ -26,9 +26,14 @@ from collections import Counter
 from typing import Any
 
 from erl_envs.protocol import utf8_safe
-from erl_envs.safe_parse import loads_json
+from erl_envs.safe_parse import loads_json, read_text_limited
 
-__all__ = ["ReflectionMemory", "RetrievalMemory", "PoolMemory", "MAX_SLOTS", "load_memory", "memory_from_dict"]
+__all__ = ["ReflectionMemory", "RetrievalMemory", "PoolMemory", "MAX_SLOTS", "MAX_MEMORY_FILE_BYTES", "load_memory",
+           "memory_from_dict"]
+
+# The largest memory file read (a ValueError names a larger one, or a name that is not a regular file): the
+# paper's pool of 1,024 reflections of a few kilobytes each is a few megabytes.
+MAX_MEMORY_FILE_BYTES = 1 << 30
 
 _FORMAT_VERSION = 1
 _TOKEN = re.compile(r"\w+")
@@ -66,8 +71,7 @@ def _write_json(path: str | os.PathLike, data: dict) -> None:
 def _read_json(path: str | os.PathLike) -> dict:
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = loads_json(f.read())
+        data = loads_json(read_text_limited(path, MAX_MEMORY_FILE_BYTES, "memory file"))
     except FileNotFoundError:
         raise FileNotFoundError(f"no memory file at {path!r}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
