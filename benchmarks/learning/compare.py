@@ -45,7 +45,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from erl_agents.config import build_config  # noqa: E402
+from erl_agents.config import ENV_PRESETS, build_config  # noqa: E402
 from erl_agents.trainer import Trainer  # noqa: E402
 
 ENVS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0", "ERL-HotpotQA-v0")
@@ -445,6 +445,19 @@ def load_settings(file: str | None) -> dict:
     return settings
 
 
+def preset_overrides(settings: dict) -> list[str]:
+    """Where the `trainer` block, which every run gets, replaces a value the preset chose for one env (HotpotQA's
+    float16, say): one line each, naming the env_trainer entry that would set it for the other envs only."""
+    env_presets = {env: ENV_PRESETS.get((settings["preset"], env), {}) for env in settings["envs"]}
+    lines = []
+    for key, value in settings["trainer"].items():
+        for env, chosen in env_presets.items():
+            if key in chosen and chosen[key] != value and key not in settings["env_trainer"].get(env, {}):
+                lines.append(f"trainer.{key}={value!r} overrides the {settings['preset']} preset's {chosen[key]!r} "
+                             f"for {env}; set it under env_trainer for the other envs to keep the preset's")
+    return lines
+
+
 def check_settings(settings: dict) -> list[str]:
     bad_envs = [e for e in settings["envs"] if e not in ENVS]
     bad_methods = [m for m in settings["methods"] if m not in METHODS]
@@ -455,6 +468,8 @@ def check_settings(settings: dict) -> list[str]:
         raise ValueError(f"match must be 'tokens' or 'steps', got {settings['match']!r}")
     if not settings["seeds"] or settings["steps"] < 1:
         raise ValueError("need at least one seed and one step")
+    for line in preset_overrides(settings):
+        print(f"warning: {line}", file=sys.stderr)
     # Validate every run's configuration before hours of training start, held-out questions included.
     for env in settings["envs"]:
         for method in settings["methods"]:

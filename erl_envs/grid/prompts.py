@@ -19,7 +19,8 @@ Override by passing your own strings to the env (``instructions=``), or by assig
 from __future__ import annotations
 
 __all__ = ["GRID_INSTRUCTIONS", "GRID_STEP_LINES", "GRID_FORMAT_REMINDER", "PAPER_SET", "SMALL_SET", "PROMPT_SETS",
-           "GAMES", "uses_paper_set", "uses_small_set", "instructions", "format_reminder", "step_lines", "moves_shown"]
+           "GAMES", "uses_paper_set", "uses_small_set", "instructions", "paper_initial_prompt", "initial_prompt",
+           "format_reminder", "step_lines", "moves_shown"]
 
 # --- The first-attempt system prompt. The grid games reveal no rules: the model must infer them by playing. ---
 
@@ -76,7 +77,9 @@ PAPER_SET = {
         "High / Medium / Low verdict) and Consequences (Action A, Action B). After </reason>, give the next action "
         "on its own inside triple backticks, like this:\n```Up```"
     ),
-    # Appended to the system prompt of every attempt (the reflected one included), as the reference does.
+    # Appended to the system prompt of every attempt (the reflected one included) unless it already ends with it, as
+    # the reference does. The initial prompt ends with FrozenLake's, so a Sokoban attempt shows two "Always
+    # remember" blocks, the second with the push rule (see ``instructions``).
     "reminder": {
         "FrozenLake": _PAPER_REMINDER.format(extra=""),
         "Sokoban": _PAPER_REMINDER.format(extra=_SOKOBAN_PUSH_RULE),
@@ -145,12 +148,32 @@ def uses_small_set(prompt_set: str, game: str | None) -> bool:
     return prompt_set == "small" and game in GAMES
 
 
+def paper_initial_prompt() -> str:
+    """The paper set's initial prompt of both grid games, as the reference's workflows hold it: the grid prompt ending
+    with the two-line reminder (valid actions, reply format) that FrozenLake's attempts also get."""
+    return PAPER_SET["instructions"] + "\n\n" + PAPER_SET["reminder"]["FrozenLake"]
+
+
 def instructions(prompt_set: str = "lenient", game: str | None = None) -> str:
+    """The first attempt's system prompt. Under the paper set it is the initial prompt with the game's reminder
+    appended unless it already ends with it, as the reference builds every attempt's prompt: FrozenLake's reminder is
+    the one the initial prompt ends with, Sokoban's is a second "Always remember" block that adds the push rule."""
     if uses_paper_set(prompt_set, game):
-        return PAPER_SET["instructions"] + "\n\n" + PAPER_SET["reminder"][game]
+        initial, reminder = paper_initial_prompt(), PAPER_SET["reminder"][game]
+        return initial if initial.endswith(reminder) else initial + "\n\n" + reminder
     if uses_small_set(prompt_set, game):
         return SMALL_SET["instructions"]
     return GRID_INSTRUCTIONS
+
+
+def initial_prompt(prompt_set: str, game: str | None, attempt_prompt: str) -> str:
+    """The reference's initial prompt of an env whose attempts are given ``attempt_prompt``: what a reflection starts
+    from while the memory is empty (and what the reference's distilled copies carry). Under the paper set Sokoban's
+    attempts see the initial prompt plus the push-rule reminder, and the initial prompt lacks that rule; everywhere
+    else (or with instructions of the user's own) the two are the same text."""
+    if uses_paper_set(prompt_set, game) and attempt_prompt == instructions(prompt_set, game):
+        return paper_initial_prompt()
+    return attempt_prompt
 
 
 def moves_shown(prompt_set: str, game: str | None) -> int | None:

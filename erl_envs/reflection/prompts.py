@@ -153,8 +153,21 @@ PAPER_SET = {
         "Reward: {reward}. Took effect: {took_effect}. Episode ended: {done}.{positions}\n"
         "Comment: {comment}"
     ),
-    "trace_outcome": "## Outcome\nFinal board:\n{final_observation}\nReward of the attempt: {total_return}. "
-                     "Solved: {solved}.\nFeedback: {feedback}",
+    # The outcome after the steps. The reference's trace ends with the board seen before the last action; the
+    # project's trace rule (``trace_rule="project"``) also shows the board the attempt ended on.
+    "trace_outcome": "## Outcome\nReward of the attempt: {total_return}. Solved: {solved}.\nFeedback: {feedback}",
+    "trace_outcome_board": "## Outcome\nFinal board:\n{final_observation}\nReward of the attempt: {total_return}. "
+                           "Solved: {solved}.\nFeedback: {feedback}",
+    # A reply from which no action was read. The reference's trace (``trace_rule="paper"``) shows its invalid-action
+    # code, 0, with the comment it gives every move that changed nothing, which blames a wall; the project's rule
+    # says that no action was read and keeps the env's own comment.
+    "unreadable": {
+        "action": "0",
+        "comment": {"FrozenLake": "did not move (probably a wall or the edge of the board)",
+                    "Sokoban": "did not move (probably a wall, or a box that could not be pushed)"},
+        "project_action": "none (no valid action in the reply: an invalid action)",
+        "project_last_action": "none (no valid action in the reply)",
+    },
 }
 
 # --- The small-model set: the grid games' reflection texts under ``prompts="small"``. A dict, like PAPER_SET. The

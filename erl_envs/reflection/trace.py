@@ -15,7 +15,11 @@ from erl_envs.reflection import prompts
 
 __all__ = ["TraceStep", "ReflectionRequest", "clip_text", "format_trace", "format_paper_trace", "format_small_trace",
            "paper_feedback", "paper_metrics", "paper_task", "board_of", "board_lines", "compact_grid",
-           "DEFAULT_MAX_FIELD_CHARS"]
+           "DEFAULT_MAX_FIELD_CHARS", "TRACE_RULES"]
+
+# How the paper set writes an unreadable reply and the attempt's end: as the reference does, or the project's way
+# (see format_paper_trace).
+TRACE_RULES = ("paper", "project")
 
 # A trace field longer than this (a QA turn's passages, a rambling reply) is cut in the middle: the head holds the
 # grid or the first passages, the tail holds the action block, and the reflection prompt stays a sane length.
@@ -78,27 +82,54 @@ def format_trace(steps: Sequence[TraceStep], final_observation: str, total_retur
     return "\n\n".join(parts)
 
 
+def _check_trace_rule(rule: str) -> None:
+    if rule not in TRACE_RULES:
+        raise ValueError(f"trace_rule must be one of {list(TRACE_RULES)}, got {rule!r}")
+
+
+def _unreadable(step: TraceStep) -> bool:
+    return step.action_reported and not step.action_read
+
+
 def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total_return: float, feedback: str,
-                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS, solved: bool = False) -> str:
+                       max_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS, solved: bool = False,
+                       game: str | None = None, rule: str = "paper") -> str:
     """The attempt as the paper prompt set writes it: per step the board, the action *as read* (not the raw reply),
     reward, took effect, episode ended, positions when known and the comment; then the outcome, whether it solved
-    the task, and the feedback (``paper_feedback``)."""
-    template = prompts.PAPER_SET["trace_step"]
-    parts = [
-        template.format(
+    the task, and the feedback (``paper_feedback``).
+
+    ``rule`` (``TRACE_RULES``): ``"paper"`` writes an unreadable reply as the reference's trace does (action 0, "did
+    not move") and ends with the outcome alone; ``"project"`` says no action was read, keeps the env's comment, and
+    shows the board the attempt ended on."""
+    _check_trace_rule(rule)
+    texts = prompts.PAPER_SET
+    unreadable = texts["unreadable"]
+    reference = rule == "paper"
+
+    def action_and_comment(step: TraceStep) -> tuple[str, str]:
+        if not step.action_reported:
+            return clip_text(step.action, max_field_chars), step.comment
+        if not _unreadable(step):
+            return step.action_read, step.comment
+        if reference:
+            return unreadable["action"], unreadable["comment"].get(game or "", step.comment)
+        return unreadable["project_action"], step.comment
+
+    parts = []
+    for i, step in enumerate(steps):
+        action, comment = action_and_comment(step)
+        parts.append(texts["trace_step"].format(
             index=i + 1,
             observation=clip_text(board_of(step.observation), max_field_chars),
-            action=(step.action_read or "none (no valid action in the reply: an invalid action)")
-            if step.action_reported else clip_text(step.action, max_field_chars),
+            action=action,
             reward=f"{step.reward:g}",
             took_effect=_yes_no(step.took_effect),
             done=_yes_no(step.done),
             positions=f" {step.positions}" if step.positions else "",
-            comment=step.comment,
-        )
-        for i, step in enumerate(steps)
-    ]
-    parts.append(prompts.PAPER_SET["trace_outcome"].format(
+            comment=comment,
+        ))
+    outcome = texts["trace_outcome"] if reference else texts["trace_outcome_board"]
+    parts.append(outcome.format(
         final_observation=clip_text(board_of(final_observation), max_field_chars),
         total_return=f"{total_return:g}",
         solved=_yes_no(solved),
@@ -108,9 +139,11 @@ def format_paper_trace(steps: Sequence[TraceStep], final_observation: str, total
 
 
 def paper_feedback(steps: Sequence[TraceStep], outcome: str, total_return: float, success: bool,
-                   game: str | None) -> str:
+                   game: str | None, rule: str = "paper") -> str:
     """The paper set's feedback line: the env's outcome line, then (for a failed attempt) how many actions had no
-    effect and a trailing run of two or more of them, the last action, the final state, the reward and the steps."""
+    effect and a trailing run of two or more of them, the last action, the final state, the reward and the steps.
+    An unreadable last reply is named as ``format_paper_trace`` names it under ``rule``."""
+    _check_trace_rule(rule)
     texts = prompts.PAPER_SET["feedback"]
     parts = [outcome]
     no_effect = sum(not step.took_effect for step in steps)
@@ -125,8 +158,11 @@ def paper_feedback(steps: Sequence[TraceStep], outcome: str, total_return: float
             parts.append(texts["no_effect_run"].format(count=run))
     if steps:
         last = steps[-1]
+        unreadable = prompts.PAPER_SET["unreadable"]
         action = last.action_read if last.action_reported else last.action.strip()
-        parts.append(texts["last_action"].format(action=action or "none (no valid action in the reply)"))
+        if not action:
+            action = unreadable["action"] if rule == "paper" else unreadable["project_last_action"]
+        parts.append(texts["last_action"].format(action=action))
         states = prompts.PAPER_SET["final_state"].get(game or "", {})
         ending = "terminated" if last.terminated else "truncated" if last.truncated else None
         if not success and ending in states:

@@ -20,15 +20,18 @@ import gymnasium as gym
 import numpy as np
 
 from erl_envs import protocol
+from erl_envs.grid import prompts as grid_prompts
 from erl_envs.grid.text import SymbolSet
 from erl_envs.protocol import TEXT_CHARSET, FreeText, utf8_safe
 from erl_envs.reflection import prompts
 from erl_envs.reflection.record import to_jsonable
-from erl_envs.reflection.trace import (DEFAULT_MAX_FIELD_CHARS, ReflectionRequest, TraceStep, format_paper_trace,
-                                       format_small_trace, format_trace, paper_feedback, paper_metrics, paper_task)
+from erl_envs.reflection.trace import (DEFAULT_MAX_FIELD_CHARS, TRACE_RULES, ReflectionRequest, TraceStep,
+                                       format_paper_trace, format_small_trace, format_trace, paper_feedback,
+                                       paper_metrics, paper_task)
 
-__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "PROMPT_OPEN", "PROMPT_CLOSE", "extract_prompt",
-           "with_reminder", "to_jsonable"]
+__all__ = ["ReflectionWrapper", "PHASES", "MEMORY_RULES", "TRACE_RULES", "PROMPT_OPEN", "PROMPT_CLOSE",
+           "extract_prompt", "with_reminder", "reflection_char_limit", "to_jsonable", "DEFAULT_MAX_REFLECTION_CHARS",
+           "MAX_REFLECTION_CHARS", "CHARS_PER_TOKEN"]
 
 PHASES = ("attempt1", "reflect", "attempt2")
 PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"  # around a reflection's new system prompt (reflect_prefill)
@@ -37,6 +40,15 @@ PROMPT_OPEN, PROMPT_CLOSE = "<prompt>", "</prompt>"  # around a reflection's new
 # "paper": the reference's: the first block (an empty one is a fallback), the reminder appended once
 # (``with_reminder``), and the prompt attempt 2 played with stored on its success, a fallback's included.
 MEMORY_RULES = ("project", "paper")
+
+# How much of a reflection is read before its <prompt> block is looked for. The default bounds the work a reflection
+# from anywhere costs; a trainer whose policy writes reflections of up to N tokens reads N x CHARS_PER_TOKEN
+# characters (``reflection_char_limit``), since the reference reads the whole reflection: 32 characters is more than
+# a token of a common tokenizer decodes to (a long run of spaces or dashes), so every reflection of the budget is read
+# whole, and MAX_REFLECTION_CHARS keeps the work bounded whatever the budget.
+DEFAULT_MAX_REFLECTION_CHARS = 20_000
+CHARS_PER_TOKEN = 32
+MAX_REFLECTION_CHARS = 1 << 20
 
 _PROMPT_BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.DOTALL | re.IGNORECASE)
 
@@ -64,6 +76,14 @@ def extract_prompt(text: str, rule: str = "project") -> tuple[str | None, str]:
     if not filled:
         return None, "the reflection's <prompt>...</prompt> block is empty"
     return filled[-1], ""
+
+
+def reflection_char_limit(max_new_tokens: int) -> int:
+    """The ``max_reflection_chars`` for reflections of at most ``max_new_tokens`` tokens: room for all of them (at
+    ``CHARS_PER_TOKEN``), never below the default nor above ``MAX_REFLECTION_CHARS``."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    return min(max(DEFAULT_MAX_REFLECTION_CHARS, max_new_tokens * CHARS_PER_TOKEN), MAX_REFLECTION_CHARS)
 
 
 def with_reminder(prompt: str, reminder: str) -> str:
@@ -250,10 +270,14 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
       instructions, ``prompts.NO_REFLECTION_NOTE`` and the raw trace. Cannot be combined with a ``reflector``.
     * ``reflection_instructions``, ``format_reminder``: override the prompts of the env's style
       (``prompts.reflection_instructions(style)``, ``prompts.format_reminder(style)``).
-    * ``max_reflection_chars`` (20000): a longer reflection is cut to this length before the tags are read.
+    * ``max_reflection_chars`` (20000): a longer reflection is cut to this length before the tags are read (a
+      trainer passes ``reflection_char_limit(its reflection token budget)``, so that every reflection is read whole).
     * ``max_trace_field_chars`` (4000): observations and actions longer than this are cut in the middle in traces.
     * ``memory_rule`` (``"project"``): ``"paper"`` for the reference's choice of ``<prompt>`` block, reminder and
       memory writes (see Phases and Memory; ``MEMORY_RULES``).
+    * ``trace_rule`` (``"paper"``): how the paper set's trace writes an unreadable reply and the attempt's end:
+      ``"paper"`` as the reference (action 0, "did not move", no final board), ``"project"`` with "no valid action",
+      the env's comment and the final board (``TRACE_RULES``; only the grid games' paper set has the choice).
 
     ## Seeding
     ``reset(seed=s)`` plays instance ``s`` (the inner env is reset with ``seed=s``, so it is the instance
@@ -292,9 +316,10 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         no_reflection: bool = False,
         reflection_instructions: str | None = None,
         format_reminder: str | None = None,
-        max_reflection_chars: int = 20_000,
+        max_reflection_chars: int = DEFAULT_MAX_REFLECTION_CHARS,
         max_trace_field_chars: int | None = DEFAULT_MAX_FIELD_CHARS,
         memory_rule: str = "project",
+        trace_rule: str = "paper",
     ):
         # Recorded so that env.spec can rebuild the wrapped env (gymnasium's convention for wrappers).
         gym.utils.RecordConstructorArgs.__init__(
@@ -302,10 +327,12 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             reflector=reflector, no_memory=no_memory, no_reflection=no_reflection,
             reflection_instructions=reflection_instructions, format_reminder=format_reminder,
             max_reflection_chars=max_reflection_chars, max_trace_field_chars=max_trace_field_chars,
-            memory_rule=memory_rule)
+            memory_rule=memory_rule, trace_rule=trace_rule)
         gym.Wrapper.__init__(self, env)
         if memory_rule not in MEMORY_RULES:
             raise ValueError(f"memory_rule must be one of {list(MEMORY_RULES)}, got {memory_rule!r}")
+        if trace_rule not in TRACE_RULES:
+            raise ValueError(f"trace_rule must be one of {list(TRACE_RULES)}, got {trace_rule!r}")
         if memory is not None and not (callable(getattr(memory, "get", None))
                                        and callable(getattr(memory, "update", None))):
             raise TypeError(f"memory must have get(task_text) and update(prompt, task_text) methods, "
@@ -332,6 +359,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.max_reflection_chars = max_reflection_chars
         self.max_trace_field_chars = max_trace_field_chars
         self.memory_rule = memory_rule
+        self.trace_rule = trace_rule
         self.style = protocol.prompt_style_of(env)
         # The env's prompt set (``prompts=`` of the grid games) also picks the reflection texts.
         self.prompt_set = getattr(env.unwrapped, "prompt_set", "lenient")
@@ -368,6 +396,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._task_id = ""
         self._task_text = ""
         self._instructions = ""
+        self._initial_prompt = ""  # the reflection's base while the memory is empty (``grid_prompts.initial_prompt``)
         self._env_info: dict = {}  # the inner env's reset info of this episode
         self._attempt1: _Attempt | None = None
         self._attempt2: _Attempt | None = None
@@ -416,6 +445,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         task_text = env_info.get("task_text")
         self._task_text = task_text if isinstance(task_text, str) and task_text else _as_text(obs)
         self._instructions = protocol.instructions_of(self.env)
+        self._initial_prompt = self._instructions
+        if self._request_set == "paper":  # the reference reflects from its initial prompt, without Sokoban's push rule
+            self._initial_prompt = grid_prompts.initial_prompt(self.prompt_set, self.game_name, self._instructions)
         self._env_info = env_info if isinstance(env_info, dict) else {}
         self._attempt1 = _Attempt(self._instructions, [obs])
         self._phase = "attempt1"
@@ -468,9 +500,10 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         final = _as_text(attempt.observations[-1])
         if self._request_set == "paper":
             success = attempt.success(self.gate_threshold)
-            feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name)
+            feedback = paper_feedback(steps, attempt.feedback(), attempt.total, success, self.game_name,
+                                      self.trace_rule)
             return format_paper_trace(steps, final, attempt.total, feedback, self.max_trace_field_chars,
-                                      solved=success)
+                                      solved=success, game=self.game_name, rule=self.trace_rule)
         write = format_small_trace if self._request_set == "small" else format_trace
         return write(steps, final, attempt.total, attempt.feedback(), self.max_trace_field_chars)
 
@@ -481,7 +514,7 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             base = self.memory.get(task_text=self._task_text)
         self._base_from_memory = isinstance(base, str) and bool(base.strip())
         if not self._base_from_memory:
-            base = self._instructions
+            base = self._initial_prompt
         steps = attempt.trace_steps()
         trace = utf8_safe(self._trace_text(attempt, steps))  # it quotes the model's replies, which may not be UTF-8
         if self._request_set == "paper":

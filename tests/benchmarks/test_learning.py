@@ -172,6 +172,27 @@ def test_paper_gpu_config_is_the_papers_setting():
     assert settings["match"] == "steps" and set(settings["envs"]) == set(compare.ENVS)
 
 
+def test_the_documented_paper_command_trains_hotpotqa_in_fp16_with_a_grad_scaler():
+    from erl_agents.accelerator import resolve_precision
+
+    settings = compare.load_settings(str(ROOT / "benchmarks" / "configs" / "paper-qwen3-4b.yaml"))
+    assert compare.preset_overrides(settings) == []
+    for env, dtype, scaled in (("ERL-HotpotQA-v0", "float16", True), ("ERL-Sokoban-v0", "bfloat16", False),
+                               ("ERL-FrozenLake-v0", "bfloat16", False)):
+        for method in ("rlvr", "erl"):
+            config = compare.run_config(settings, env, method, 0, Path("unused"), settings["steps"])
+            assert config.dtype == dtype
+            precision = resolve_precision(config.dtype, config.precision, "cuda", bf16_supported=True)
+            assert precision.loss_scaling is scaled
+    # A dtype for every run overrides HotpotQA's float16: the comparison says so before it starts.
+    overridden = dict(settings, trainer={**settings["trainer"], "dtype": "bfloat16"})
+    assert compare.preset_overrides(overridden) == [
+        "trainer.dtype='bfloat16' overrides the paper-qwen3-4b preset's 'float16' for ERL-HotpotQA-v0; set it under "
+        "env_trainer for the other envs to keep the preset's"]
+    kept = dict(overridden, env_trainer={**settings["env_trainer"], "ERL-HotpotQA-v0": {"dtype": "float16"}})
+    assert compare.preset_overrides(kept) == []
+
+
 @pytest.mark.slow
 def test_quick_comparison_end_to_end(tmp_path, capsys):
     assert compare.main(["--quick", "--output", str(tmp_path)]) == 0

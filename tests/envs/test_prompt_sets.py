@@ -12,9 +12,9 @@ from erl_envs.reflection import prompts as reflection_prompts
 GRID_IDS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0")
 
 
-def _fail_and_reflect(env_id, **kwargs):
+def _fail_and_reflect(env_id, trace_rule="paper", **kwargs):
     """A wrapped env whose first attempt wastes its budget (one unreadable reply, then bumps); returns the request."""
-    env = ReflectionWrapper(gym.make(env_id, prompts="paper", **kwargs))
+    env = ReflectionWrapper(gym.make(env_id, prompts="paper", **kwargs), trace_rule=trace_rule)
     env.reset(seed=3)
     replies = ["I am not sure", "```Up```", "```Left```", "```Down```", "```Right```"] * 4
     obs, info = None, {}
@@ -34,6 +34,35 @@ def test_paper_system_prompt_asks_for_structured_reasoning_and_the_reply_format(
         assert element in text, element
     push_rule = "push a box only when the cell behind it"
     assert (push_rule in text) == (env_id == "ERL-Sokoban-v0")
+
+
+def test_paper_sokoban_attempts_see_two_reminders_and_its_reflections_start_from_the_prompt_without_the_push_rule():
+    """The reference's Sokoban workflow starts from the grid prompt, which ends with the two-line reminder, and appends
+    its own three-line reminder (with the push rule) to every attempt's prompt: two "Always remember" blocks. Its
+    reflection, while the memory is empty, starts from the initial prompt: no push rule."""
+    frozen = gym.make("ERL-FrozenLake-v0", prompts="paper").unwrapped.instructions
+    sokoban = gym.make("ERL-Sokoban-v0", prompts="paper").unwrapped.instructions
+    reminders = grid_prompts.PAPER_SET["reminder"]
+    assert frozen.endswith(reminders["FrozenLake"]) and frozen.count("Always remember:") == 1
+    assert sokoban == frozen + "\n\n" + reminders["Sokoban"] and sokoban.count("Always remember:") == 2
+    assert grid_prompts.paper_initial_prompt() == frozen
+    env, request, _ = _fail_and_reflect("ERL-Sokoban-v0")
+    base = request.split("\n\n# Batch metrics")[0]
+    assert base == "# The rulebook so far (inferred from past attempts; it may be inaccurate)\n" + frozen
+    assert "push a box" not in base
+    # A reflection without a <prompt> block falls back to that base, and the retry gets the Sokoban reminder: under
+    # the reference's memory rule after a blank line, which makes it the first attempt's prompt again.
+    info = env.step("no block here")[-1]
+    assert info["reflection_fallback"] and info["system_prompt"] == frozen + "\n" + reminders["Sokoban"]
+    env, _, _ = _fail_and_reflect("ERL-Sokoban-v0")
+    env.memory_rule = "paper"
+    assert env.step("no block here")[-1]["system_prompt"] == sokoban
+    # Instructions of the user's own are their own base.
+    own = ReflectionWrapper(gym.make("ERL-Sokoban-v0", prompts="paper", instructions="Push the box."))
+    own.reset(seed=3)
+    while own.phase == "attempt1":
+        request = own.step("```Up```")[0]
+    assert "it may be inaccurate)\nPush the box." in request
 
 
 def test_lenient_set_stays_the_default_and_names_no_game():
@@ -94,15 +123,47 @@ def test_paper_reflection_request_lists_every_element(env_id):
     assert f"A failed attempt at {game}" in request and f"improved {game} rulebook" in request
     assert "Board seen before the action:" in request  # the grid of every step
     assert "Action read from the reply: Up" in request  # the parsed action, not the raw reply
-    assert "Action read from the reply: none" in request and "I am not sure" not in request
+    assert "Action read from the reply: 0\n" in request and "I am not sure" not in request
     assert "Reward: 0." in request and "Took effect: no" in request and "Episode ended: yes" in request
     assert ("After it: player at" in request) == (game == "Sokoban")
     assert ("boxes at" in request and "goals at" in request) == (game == "Sokoban")
-    assert "## Outcome" in request and "Feedback:" in request
+    assert "## Outcome\nReward of the attempt: 0. Solved: no.\nFeedback:" in request
     system = info["system_prompt"]
     for part in ("Symbol Meanings", "Information & Interpretation", "Gameplay & Actions", "Action Effects",
                  "Game Objective & Termination", "Core Strategies", "Tactical Tips", "<prompt>"):
         assert part in system, part
+
+
+@pytest.mark.parametrize("env_id", GRID_IDS)
+def test_the_trace_rule_writes_an_unreadable_reply_and_the_end_as_the_reference_or_the_project_does(env_id):
+    """The reference's trace shows an unreadable reply as its invalid-action code 0 with the no-move comment (a wall is
+    blamed) and has no final board; the project's rule says no action was read and shows the final board."""
+    game = "FrozenLake" if "Frozen" in env_id else "Sokoban"
+    paper = _fail_and_reflect(env_id)[1]
+    project = _fail_and_reflect(env_id, trace_rule="project")[1]
+    comment = reflection_prompts.PAPER_SET["unreadable"]["comment"][game]
+    paper_step = paper.split("## Step 1\n")[1].split("## Step 2")[0]
+    assert "Action read from the reply: 0\n" in paper_step and f"Comment: {comment}\n" in paper_step
+    assert "Took effect: no" in paper_step and "could not parse" not in paper and "Final board" not in paper
+    project_step = project.split("## Step 1\n")[1].split("## Step 2")[0]
+    assert "Action read from the reply: none (no valid action in the reply: an invalid action)\n" in project_step
+    assert "Comment: could not parse the action\n" in project_step and "## Outcome\nFinal board:\n" in project
+    # Apart from those lines, the two traces agree.
+    final_board = project.split("## Outcome\n")[1].split("Reward of the attempt")[0]
+    paper = paper.replace("reply: 0\n", "reply: ?\n").replace(f"Comment: {comment}\n", "Comment: ?\n")
+    project = project.replace("reply: none (no valid action in the reply: an invalid action)\n", "reply: ?\n")
+    assert paper == project.replace("Comment: could not parse the action\n", "Comment: ?\n").replace(final_board, "")
+    with pytest.raises(ValueError, match="trace_rule must be one of"):
+        ReflectionWrapper(gym.make(env_id, prompts="paper"), trace_rule="verl")
+
+
+def test_an_unreadable_last_reply_is_named_by_the_trace_rule_in_the_feedback():
+    for rule, named in (("paper", "Last action: 0."), ("project", "Last action: none (no valid action in the reply).")):
+        env = ReflectionWrapper(gym.make("ERL-Sokoban-v0", prompts="paper"), trace_rule=rule)
+        env.reset(options={"level": ["######", "#@ $.#", "#    #", "######"]})
+        for _ in range(8):
+            request = env.step("no move")[0]
+        assert named in request.split("Feedback: ")[1]
 
 
 def test_paper_reflection_system_prompt_frames_a_collection_to_learn_from_by_contrast():

@@ -40,7 +40,8 @@ def test_paper_trace_shows_the_board_the_action_as_read_and_the_verdicts():
         _step(action="x" * 50, reward=1.0, took_effect=False, terminated=True, comment="Stuck."),
         _step(action_read=None, action_reported=True, truncated=True, comment="Unreadable."),
     ]
-    text = format_paper_trace(steps, f"Over.\n{BOARD}", 1.0, "Fell in.", max_field_chars=30, solved=True)
+    text = format_paper_trace(steps, f"Over.\n{BOARD}", 1.0, "Fell in.", max_field_chars=30, solved=True,
+                              rule="project")
     long_action = "x" * 15 + "\n[... 20 characters omitted ...]\n" + "x" * 15
     assert text == "\n\n".join([
         f"## Step 1\nBoard seen before the action:\n{BOARD}\nAction read from the reply: Right\n"
@@ -52,8 +53,23 @@ def test_paper_trace_shows_the_board_the_action_as_read_and_the_verdicts():
         "Reward: 0. Took effect: yes. Episode ended: yes.\nComment: Unreadable.",
         f"## Outcome\nFinal board:\n{BOARD}\nReward of the attempt: 1. Solved: yes.\nFeedback: Fell in.",
     ])
+    # The reference's rule: the unreadable reply as its action code 0 with the no-move comment, no final board.
+    text = format_paper_trace(steps, f"Over.\n{BOARD}", 1.0, "Fell in.", max_field_chars=30, solved=True,
+                              game="Sokoban")
+    assert text == "\n\n".join([
+        f"## Step 1\nBoard seen before the action:\n{BOARD}\nAction read from the reply: Right\n"
+        "Reward: 0. Took effect: yes. Episode ended: no. Player at (0, 1).\nComment: You moved right.",
+        f"## Step 2\nBoard seen before the action:\n{BOARD}\nAction read from the reply: {long_action}\n"
+        "Reward: 1. Took effect: no. Episode ended: yes.\nComment: Stuck.",
+        f"## Step 3\nBoard seen before the action:\n{BOARD}\nAction read from the reply: 0\n"
+        "Reward: 0. Took effect: yes. Episode ended: yes.\n"
+        "Comment: did not move (probably a wall, or a box that could not be pushed)",
+        "## Outcome\nReward of the attempt: 1. Solved: yes.\nFeedback: Fell in.",
+    ])
+    with pytest.raises(ValueError, match="trace_rule must be one of"):
+        format_paper_trace(steps, BOARD, 0.0, "", rule="verl")
     # A text without board rows is shown whole, clipped; an unsolved attempt says so.
-    text = format_paper_trace([], "no rows here " * 5, 0.0, "", max_field_chars=20)
+    text = format_paper_trace([], "no rows here " * 5, 0.0, "", max_field_chars=20, rule="project")
     assert text == ("## Outcome\nFinal board:\nno rows he\n[... 45 characters omitted ...]\nrows here \n"
                     "Reward of the attempt: 0. Solved: no.\nFeedback: ")
 
@@ -110,8 +126,11 @@ def test_paper_feedback_of_a_success_and_of_other_games():
     # One ineffective action is counted but is no run; a game without final states names none.
     assert paper_feedback(steps, "Failed.", 0.25, False, None) == (
         "Failed. 1 of the actions had no effect. Last action: ```Down```. Reward 0.25 after 2 steps.")
-    # An unreadable last reply.
-    assert paper_feedback([_step(action_read=None, action_reported=True)], "Failed.", 0.0, False, "Sokoban") == (
+    # An unreadable last reply: the reference's action code 0, or under the project's rule "none".
+    unreadable = [_step(action_read=None, action_reported=True)]
+    assert paper_feedback(unreadable, "Failed.", 0.0, False, "Sokoban") == (
+        "Failed. Last action: 0. Reward 0.00 after 1 steps.")
+    assert paper_feedback(unreadable, "Failed.", 0.0, False, "Sokoban", rule="project") == (
         "Failed. Last action: none (no valid action in the reply). Reward 0.00 after 1 steps.")
     assert paper_feedback([], "Nothing.", 0.0, False, "FrozenLake") == "Nothing. Reward 0.00 after 0 steps."
 
@@ -127,5 +146,5 @@ def test_paper_metrics_average_over_the_batch():
 def test_paper_trace_clips_a_long_board():
     board = "\n".join(" F \t" * 10 for _ in range(4))  # 4 rows of 40 characters
     text = format_paper_trace([_step(observation=board, action_read="Up", action_reported=True)], board, 0.0, "",
-                              max_field_chars=40)
+                              max_field_chars=40, rule="project")
     assert text.count(clip_text(board, 40)) == 2 and board not in text

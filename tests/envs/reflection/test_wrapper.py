@@ -26,6 +26,8 @@ from erl_envs.reflection import (
 )
 from erl_envs.reflection.reflectors import RuleReflector
 from erl_envs.reflection.trace import ReflectionRequest
+from erl_envs.reflection.wrapper import (CHARS_PER_TOKEN, DEFAULT_MAX_REFLECTION_CHARS, MAX_REFLECTION_CHARS,
+                                         reflection_char_limit)
 from paths import ROOT
 
 
@@ -877,6 +879,42 @@ def test_a_nondeterministic_env_is_reported_once_per_wrapper():
     assert len([w for w in caught if "deterministic" in str(w.message)]) == 1
 
 
+@pytest.mark.parametrize("length", [20_007, 25_019, 40_027])
+def test_a_reflection_within_its_token_budget_is_read_whole(length):
+    """The reference reads the whole reflection: a long one (the paper preset allows 10,240 tokens) whose <prompt>
+    block comes at its end is read under the limit the trainer derives from the budget, and cut (a fallback to the
+    base prompt) under the default."""
+    block = "<prompt>Go right at the end.</prompt>"
+    text = "r" * (length - len(block)) + block
+    assert len(text) == length
+    for limit, fallback in ((reflection_char_limit(10_240), False), (DEFAULT_MAX_REFLECTION_CHARS, True)):
+        env = ReflectionWrapper(Corridor(), max_reflection_chars=limit)
+        env.reset(seed=0)
+        fail_attempt(env)
+        info = env.step(text)[-1]
+        assert info["reflection_fallback"] is fallback
+        assert info["system_prompt"].startswith("Go right at the end.\n") is not fallback
+        *_, info = succeed_attempt(env)
+        assert info["record"]["reflection"]["truncated"] is fallback
+
+
+def test_the_reflection_char_limit_follows_the_token_budget_within_bounds():
+    assert reflection_char_limit(10_240) == 10_240 * CHARS_PER_TOKEN == 327_680
+    assert reflection_char_limit(8_192) == 262_144
+    assert reflection_char_limit(32) == DEFAULT_MAX_REFLECTION_CHARS  # never below the default
+    assert reflection_char_limit(1 << 22) == MAX_REFLECTION_CHARS == 1 << 20  # the work stays bounded
+    for bad in (0, -1, True, 1.5, "10"):
+        with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
+            reflection_char_limit(bad)
+    # Past the limit a reflection is still cut, whatever the budget.
+    env = ReflectionWrapper(Corridor(), max_reflection_chars=reflection_char_limit(1 << 22))
+    env.reset(seed=0)
+    fail_attempt(env)
+    env.step("z" * (MAX_REFLECTION_CHARS + 5))
+    *_, info = succeed_attempt(env)
+    assert len(info["record"]["reflection"]["text"]) == MAX_REFLECTION_CHARS
+
+
 def test_a_reflection_of_exactly_max_reflection_chars_is_not_cut():
     text = "<prompt>" + "r" * 40 + "</prompt>"
     env = ReflectionWrapper(Corridor(), max_reflection_chars=len(text))
@@ -913,7 +951,7 @@ def test_env_spec_records_every_constructor_argument_so_the_wrapped_env_can_be_r
     memory, reflector = ReflectionMemory(), RuleReflector()
     arguments = dict(memory=memory, gate_threshold=0.75, memory_threshold=0.5, reflector=reflector, no_memory=False,
                      no_reflection=False, reflection_instructions="Reflect.", format_reminder="Reply in a fence.",
-                     max_reflection_chars=500, max_trace_field_chars=300, memory_rule="paper")
+                     max_reflection_chars=500, max_trace_field_chars=300, memory_rule="paper", trace_rule="project")
     env = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=3), **arguments)
     spec = env.spec.additional_wrappers[-1]
     assert spec.entry_point.endswith(":ReflectionWrapper") and spec.kwargs.keys() == arguments.keys()
