@@ -122,6 +122,8 @@ class TrainConfig:
     precision: str = "auto"  # autocast if dtype leaves it open: auto (bf16 on a capable GPU), bf16, fp16, fp32
     max_tokens_per_micro_batch: int = 0  # cap on padded tokens (rows x longest) per forward/backward; 0 = no cap
     backend: str = "auto"  # torch.distributed backend under torchrun: auto (nccl on cuda, gloo on cpu), gloo, nccl
+    sharding: str = "ddp"  # under torchrun: ddp (every rank holds the whole state) or fsdp (FSDP2: 1/W of it each)
+    offload: bool = False  # with sharding fsdp: keep the weight shards, gradients and AdamW state in CPU memory
     lora_r: int = 0  # LoRA rank (needs the lora extra); 0 trains all weights
     lora_alpha: float = 32.0  # LoRA scaling numerator (the update is scaled by alpha / r)
     lora_targets: str = "all-linear"  # modules that get adapters: all-linear or comma-separated names (q_proj,v_proj)
@@ -299,6 +301,8 @@ RULES: dict[str, Rule] = {
     "precision": _one_of(*PRECISIONS),
     "max_tokens_per_micro_batch": _off_or_more(1 << 30, resume="free"),
     "backend": _one_of("auto", "gloo", "nccl", resume="free"),
+    "sharding": _one_of("ddp", "fsdp", resume="free"),
+    "offload": _FREE_FLAG,
     "lora_r": _off_or_more(65_536, resume="never"),
     "lora_alpha": _positive(),
     "lora_targets": _text(resume="never"),
@@ -326,6 +330,8 @@ JOINT_RULES: list[tuple[tuple[str, ...], Callable[[Any], bool], str]] = [
      "an even head size tiny_hidden / tiny_heads (rotary embeddings rotate pairs)"),
     (("tasks_per_step", "n_rlvr", "n_erl"), lambda c: c.tasks_per_step * c.group_size <= MAX_EPISODES_PER_STEP,
      f"at most {MAX_EPISODES_PER_STEP:,} episodes a step (tasks_per_step times the group size of the algorithm)"),
+    (("sharding", "offload"), lambda c: c.sharding == "fsdp" or not c.offload,
+     "offload only with sharding fsdp (it moves the shards FSDP makes to the CPU)"),
     (("resume", "overwrite"), lambda c: not (c.resume and c.overwrite),
      "at most one of them: --resume continues the run in --output, --overwrite replaces it"),
 ]
@@ -477,6 +483,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         memory_rule="paper",  # the reference's: first <prompt> block, stored with the reminder, fallbacks too
         checkpoint_every=10,
         device="cuda",
+        # Under torchrun the state is sharded over the ranks (FSDP2), as the reference's FSDP actor: 8 x 80 GB GPUs
+        # hold it (docs/scaling.md). One process has nothing to shard and trains unsharded.
+        sharding="fsdp",
         dtype="bfloat16",  # fp32 weights and AdamW moments, bf16 autocast (verl's actor: fp32 master, bf16 compute)
         progress=True,
     ),

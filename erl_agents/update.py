@@ -20,6 +20,7 @@ from erl_agents.config import TrainConfig
 from erl_agents.distributed import World
 from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, token_log_probs
 from erl_agents.lora import reference_weights
+from erl_agents.sharding import clip_gradients, compute_device, is_sharded, root_call, weights_finite
 from erl_agents.rollout import ConstraintTable, Trajectory
 
 __all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
@@ -58,9 +59,13 @@ def selected_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.
     The output head runs on the N selected hidden states instead of all B*T, which is most of the memory for a
     150k-token vocabulary. Models that post-process logits (soft-capping, scaling) take the plain path.
     """
-    if hasattr(model, "get_base_model"):
-        # A LoRA PeftModel: its adapters live inside the wrapped transformer, so the transformer's parts are used.
-        model = model.get_base_model()
+    # A LoRA PeftModel's adapters live inside the wrapped transformer, so the transformer's parts are used; under FSDP
+    # the call is one forward of the sharded root (erl_agents.sharding).
+    return root_call(model, _selected_logits, ids, attention, select)
+
+
+def _selected_logits(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
+                     select: torch.Tensor) -> torch.Tensor:
     config = model.config
     if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
         logits = model(input_ids=ids, attention_mask=attention).logits
@@ -99,13 +104,26 @@ def _grad_sync(model, sync: bool):
     return contextlib.nullcontext()
 
 
-def _idle_loss(model, pad_id: int) -> torch.Tensor:
-    """A zero loss over every weight, for a rank that has run out of micro-batches: its backward still joins the
-    all-reduce the other ranks are waiting in, and adds exactly nothing to the gradient."""
-    device = next(model.parameters()).device
+def _idle_inputs(model, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    device = compute_device(model)
     ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
-    select = torch.ones((1, 1), dtype=torch.bool, device=device)
-    return _policy_logits(model, ids, torch.ones_like(ids), select).sum() * 0.0
+    return ids, torch.ones_like(ids), torch.ones((1, 1), dtype=torch.bool, device=device)
+
+
+def _idle_loss(model, pad_id: int, ref_model=None, teacher: bool = False) -> torch.Tensor:
+    """A zero loss over every weight, for a rank that has run out of micro-batches: its backward still joins the
+    all-reduce the other ranks are waiting in, and adds exactly nothing to the gradient. Under FSDP it also runs
+    the passes a real micro-batch runs after the policy's (the reference's, the teacher's), since each gathers
+    weights with a collective the other ranks are waiting in."""
+    ids, attention, select = _idle_inputs(model, pad_id)
+    loss = _policy_logits(model, ids, attention, select).sum() * 0.0
+    with torch.no_grad():
+        if ref_model is not None:
+            with reference_weights(ref_model):
+                selected_logits(ref_model, ids, attention, select)
+        if teacher:
+            selected_logits(_inner(model), ids, attention, select)
+    return loss
 
 
 def micro_batches(batch: Sequence[Trajectory], size: int, max_tokens: int = 0) -> list[list[Trajectory]]:
@@ -137,8 +155,10 @@ def row_temperatures(batch: Sequence[Trajectory], config: TrainConfig) -> torch.
 
 
 def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
-                      pad_id: int, num_tokens: float, num_seqs: float, old: dict | None) -> tuple[torch.Tensor, dict]:
-    device = next(model.parameters()).device
+                      pad_id: int, num_tokens: float, num_seqs: float, old: dict | None,
+                      teacher_pass: bool = False) -> tuple[torch.Tensor, dict]:
+    """``teacher_pass``: under FSDP another rank runs a teacher pass in this round, so this one runs a pass too."""
+    device = compute_device(model)
     ids, attention = _collate([t.tokens for t in batch], pad_id)
     select = _target_matrix(batch, ids.shape[1], "mask", 0).bool()
     constraints = _target_matrix(batch, ids.shape[1], "constraints", -1)[select]
@@ -188,6 +208,9 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
         token_loss[rows] = token_loss[rows] + config.distill_coef * rkl
         stats["reverse_kl"] = rkl.detach().sum().item()
         stats["reverse_kl_tokens"] = int(rows.sum())
+    elif teacher_pass:
+        with torch.no_grad():
+            selected_logits(_inner(model), *_idle_inputs(model, pad_id))
 
     matrix = torch.zeros(select.shape, dtype=token_loss.dtype, device=device)
     matrix[select_d] = token_loss
@@ -196,11 +219,16 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
 
 
 @torch.no_grad()
-def _old_log_probs(model, batch, table, config, pad_id) -> dict[int, torch.Tensor]:
+def _old_log_probs(model, batch, table, config, pad_id, world: World) -> dict[int, torch.Tensor]:
     """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights."""
     out = {}
-    device = next(model.parameters()).device
-    for chunk in micro_batches(batch, config.micro_batch_size, config.max_tokens_per_micro_batch):
+    device = compute_device(model)
+    chunks = micro_batches(batch, config.micro_batch_size, config.max_tokens_per_micro_batch)
+    if is_sharded(model):
+        # Every rank runs as many passes (each gathers weights with a collective): ranks with fewer chunks idle.
+        for _ in range(world.max(len(chunks)) - len(chunks)):
+            selected_logits(model, *_idle_inputs(model, pad_id))
+    for chunk in chunks:
         ids, attention = _collate([t.tokens for t in chunk], pad_id)
         select = _target_matrix(chunk, ids.shape[1], "mask", 0).bool()
         constraints = _target_matrix(chunk, ids.shape[1], "constraints", -1)[select]
@@ -264,7 +292,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
         stats["loss_scale_skips"] = 0
     if not world.sum([len(trainable)])[0]:
         return stats
-    device = next(model.parameters()).device
+    device = compute_device(model)
+    sharded = is_sharded(model)
     precision = resolve_precision(config.dtype, config.precision, device.type).compute
     regularised = (ref_model is not None and config.kl_coef > 0) or config.entropy_coef != 0
     # Shuffling equal parts only matters when there is more than one optimizer step.
@@ -275,9 +304,9 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     needed = list({id(t): t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None}
                   .values())
     old = None
-    if updates > 1 and needed:
+    if updates > 1 and world.any(bool(needed)):
         with autocast(device, precision):
-            old = _old_log_probs(_inner(model), needed, table, config, pad_id)
+            old = _old_log_probs(_inner(model), needed, table, config, pad_id, world)
     sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
     losses, norms = [], []
     model.train()
@@ -297,15 +326,19 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
             total = 0.0
             finite = True
             for k in range(rounds):
+                # Under FSDP a teacher pass on any rank is a teacher pass on every rank (see _idle_loss).
+                teacher = sharded and world.any(k < len(chunks) and any(t.teacher_tokens is not None
+                                                                        for t in chunks[k]))
                 with _grad_sync(model, sync=k == rounds - 1):
                     if k >= len(chunks):
                         with autocast(device, precision):
-                            idle = _idle_loss(model, pad_id)
+                            idle = _idle_loss(model, pad_id, ref_model if sharded and config.kl_coef > 0 else None,
+                                              teacher)
                         idle.backward()
                         continue
                     with autocast(device, precision):
                         loss, part_stats = _micro_batch_loss(model, ref_model, chunks[k], table, config, pad_id,
-                                                             num_tokens, num_seqs, old)
+                                                             num_tokens, num_seqs, old, teacher)
                     if not torch.isfinite(loss):
                         finite = False
                         if not world.enabled:
@@ -324,7 +357,7 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                 finite = not bad
             if scaler is not None:
                 scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            grad_norm = clip_gradients(model.parameters(), config.max_grad_norm, world)
             if not finite or not torch.isfinite(grad_norm):
                 # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip this step, log it.
                 # Under loss scaling a finite loss with an overflowing gradient only means the scale is too high.
@@ -338,7 +371,7 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                 scaler.update()
             else:
                 optimizer.step()
-            if not _weights_finite(model):
+            if not weights_finite(model.parameters(), world):
                 # Adam's moments were finite and the gradient clipped, yet the weights are not (an overflowing
                 # learning rate, a broken dtype): nothing later can repair them, so stop before they are saved.
                 lr = optimizer.param_groups[0]["lr"]
@@ -365,8 +398,3 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     )
     return stats
 
-
-def _weights_finite(model: torch.nn.Module) -> bool:
-    """Whether every trainable weight is finite, with a single device-to-host sync."""
-    checks = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
-    return bool(torch.stack(checks).all()) if checks else True
