@@ -49,6 +49,13 @@ def rollout_metrics(episodes: Sequence[Episode], trajectories: Sequence[Trajecto
         # How often a reflection held a usable <prompt> block (else attempt 2 fell back to the base prompt).
         row["reflection/count"] = len(reflections)
         row["reflection/prompt_rate"] = float(np.mean([not r["fallback"] for r in reflections]))
+        # Retries counted apart by their reflection: a usable <prompt> block, or a fallback to the initial prompt
+        # (in effect a plain second try). Counts, so ranks' rows add up.
+        for kind in ("usable", "fallback"):
+            retried_here = [e for e in episodes if e.record and e.record.get("reflection") and e.record.get("attempt2")
+                            and bool(e.record["reflection"]["fallback"]) == (kind == "fallback")]
+            row[f"retry/{kind}"] = len(retried_here)
+            row[f"retry/{kind}_solved"] = sum(bool(e.record["attempt2"].get("success")) for e in retried_here)
     if memory is not None:
         row["memory/set"] = float(len(memory) > 0)
     return row

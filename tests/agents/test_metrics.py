@@ -1,6 +1,7 @@
 """A step's metrics: merged over ranks with the right weights, and what the logged rows say about bad steps."""
 
-from erl_agents.metrics import consecutive_bad_steps, merge_rollout_rows
+from erl_agents.metrics import consecutive_bad_steps, merge_rollout_rows, rollout_metrics
+from erl_agents.rollout import Episode
 
 
 def test_reflection_prompt_rate_is_merged_over_ranks_by_reflection_count():
@@ -23,3 +24,19 @@ def test_rows_are_strict_json_non_finite_numbers_become_null():
     row = {"step": 3, "loss": float("nan"), "grad_norm": float("inf"), "lift": -0.5, "count/attempt1": 4, "x": None}
     assert finite_row(row) == {"step": 3, "loss": None, "grad_norm": None, "lift": -0.5, "count/attempt1": 4,
                                "x": None}
+
+
+def _retried(fallback: bool, solved: bool) -> Episode:
+    return Episode(task=0, index=0, record={"reflection": {"fallback": fallback, "text": ""},
+                                            "attempt2": {"success": solved}})
+
+
+def test_retries_are_counted_apart_by_whether_their_reflection_was_usable():
+    episodes = [_retried(False, True), _retried(False, False), _retried(True, True), _retried(True, False),
+                _retried(True, False), Episode(task=1, index=1, record={"reflection": None, "attempt2": None})]
+    row = rollout_metrics(episodes, [])
+    assert (row["retry/usable"], row["retry/usable_solved"]) == (2, 1)
+    assert (row["retry/fallback"], row["retry/fallback_solved"]) == (3, 1)
+    # Counts: over ranks they add up.
+    merged = merge_rollout_rows([row, rollout_metrics(episodes[:1], [])])
+    assert (merged["retry/usable"], merged["retry/usable_solved"]) == (3, 2)
