@@ -52,9 +52,20 @@ def ci_check_config(algo: str, output: str):
     return build_config({"preset": "cpu-tiny"}, flags=dict(CI_CHECK, algo=algo, output=output))
 
 
+# The CI check's bar, on the mean of the last two evaluations (not the best of the later ones, which a noisy run
+# meets by chance): at least CI_FLOOR, and at least CI_LIFT above the untrained policy's (step 0).
+CI_FLOOR, CI_LIFT, CI_LAST = 0.45, 0.1, 2
+
+
+def ci_check_score(evals: list[float]) -> float:
+    """The score the bar is put on: the mean of the last ``CI_LAST`` evaluations after step 0."""
+    later = evals[1:][-CI_LAST:]
+    return sum(later) / len(later) if later else float("nan")
+
+
 def ci_check_passes(evals: list[float]) -> bool:
-    """The CI check's bar: some later evaluation at least 0.5 and at least 0.1 above the untrained policy's."""
-    return len(evals) > 1 and max(evals[1:]) >= max(0.5, evals[0] + 0.1)
+    """The CI check's bar: the mean of the last two evaluations at least CI_FLOOR and CI_LIFT above step 0's."""
+    return len(evals) > CI_LAST and ci_check_score(evals) >= max(CI_FLOOR, evals[0] + CI_LIFT)
 
 
 def _sample_load(path: Path, stop: threading.Event) -> None:
@@ -146,20 +157,47 @@ def to_markdown(data: Path = DATA) -> str:
         lines += ["## The CI learning check (`test_tiny_model_improves_on_small_frozen_lake`)", "",
                   f"{CI_CHECK['steps']} cpu-tiny steps per algorithm, held-out evaluation every "
                   f"{CI_CHECK['eval_every']} steps on {CI_CHECK['eval_tasks']} instances x {CI_CHECK['eval_samples']} "
-                  "samples. Step-based: the same numbers on any CPU for the same seed. The bar: a later evaluation "
-                  "at least 0.5 and 0.1 above step 0.", "",
+                  f"samples. Step-based: the same numbers on any CPU for the same seed. The bar: the mean of the last "
+                  f"{CI_LAST} evaluations at least {CI_FLOOR} and at least {CI_LIFT} above step 0's.", "",
                   "| algo | " + " | ".join(f"step {step}" for step, _, _ in _evals(_read(data / ci[0])[1]))
-                  + " | passes the bar |", "|---|" + "---|" * (len(_evals(_read(data / ci[0])[1])) + 1)]
+                  + f" | mean of the last {CI_LAST} | bar | passes the bar |",
+                  "|---|" + "---|" * (len(_evals(_read(data / ci[0])[1])) + 3)]
         for name in ci:
             config, rows, load = _read(data / name)
             evals = _evals(rows)
             done = max((r["step"] for r in rows), default=0)
-            verdict = ("yes" if ci_check_passes([k / n for _, k, n in evals]) else "no") if done >= CI_CHECK["steps"] \
+            rates = [k / n for _, k, n in evals]
+            verdict = ("yes" if ci_check_passes(rates) else "no") if done >= CI_CHECK["steps"] \
                 else f"not finished (step {done} of {CI_CHECK['steps']})"
+            score = f"{ci_check_score(rates):.3f}" if len(rates) > CI_LAST else "-"
+            bar = f"{max(CI_FLOOR, rates[0] + CI_LIFT):.3f}" if rates else "-"
             lines.append(f"| {config['algo']} | " + " | ".join(rate(k, n) for _, k, n in evals)
-                         + " | -" * (len(_evals(_read(data / ci[0])[1])) - len(evals)) + f" | {verdict} |")
+                         + " | -" * (len(_evals(_read(data / ci[0])[1])) - len(evals))
+                         + f" | {score} | {bar} | {verdict} |")
+        lines += ["", *_step0_lines(data, ci)]
         lines.append("")
     return "\n".join(lines)
+
+
+def _step0_lines(data: Path, names: list[str]) -> list[str]:
+    """Why the same untrained model scores differently at step 0 of the two CI runs: evaluation plays its episodes
+    in batches of the run's env pool (tasks per step x group size), so one seeded RNG stream is spread over batches
+    of another size and the samples differ."""
+    found = []
+    for name in names:
+        config, rows, _ = _read(data / name)
+        start = next(((k, n) for step, k, n in _evals(rows) if step == 0), None)
+        group = config["n_rlvr"] if config["algo"] == "rlvr" else config["n_erl"]
+        if start is not None:
+            found.append((config["algo"], start, config["tasks_per_step"] * group))
+    if len(found) < 2 or len({f[1] for f in found}) == 1:
+        return []
+    return ["Step 0 is the same untrained model (same seed, same tiny model) in both runs, yet it scores "
+            + " and ".join(f"{k}/{n} in the {algo} run" for algo, (k, n), _ in found)
+            + ": evaluation plays its episodes in batches of the run's env pool (tasks per step x group size: "
+            + ", ".join(f"{pool} episodes for {algo}" for algo, _, pool in found)
+            + "), and the seeded sampling stream is drawn batch by batch, so a batch of another size draws other "
+              "samples. The difference is sampling noise of one evaluation, not a difference of models."]
 
 
 def main(argv: list[str] | None = None) -> int:

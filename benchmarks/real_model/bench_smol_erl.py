@@ -12,9 +12,18 @@ Each run stops at the same budget of sampled tokens (``--max-sampled-tokens``; a
 the warm-up's first attempts all count). Settings: ``small`` (sizes 2-4, held-out: the paper's 37 test maps of those
 sizes) and ``sparse`` (larger maps, where an untrained policy almost never reaches the goal).
 
+    # the study: every arm x seed from one starting model (the warm start), one run after another, then the report
+    python benchmarks/real_model/bench_smol_erl.py --run RUNS --model WARM/final_model --engine vllm --budget 20000
+    python benchmarks/real_model/bench_smol_erl.py --run RUNS ... --resume       # continue after a stop
+    python benchmarks/real_model/bench_smol_erl.py --run RUNS ... --dry-run      # print the erl-train commands
     # copy each run's config.json and metrics.jsonl (small) beside the report, then write the report from them
     python benchmarks/real_model/bench_smol_erl.py --collect RUNS      # RUNS/<setting>/<arm>/seed<k>/
     python benchmarks/real_model/bench_smol_erl.py                     # benchmarks/results/smol_erl.md and .png
+
+Several runs can share the cores: start one driver per arm (``--arms rlvr``), each with ``--threads 1``. The report
+gives per arm: first attempts, updates, sampled and trained tokens (the reflection warm-up's counted apart), retry
+success split by whether the reflection was usable, each arm's held-out difference from RLVR with a 95% interval,
+curves with seed bands, and the compute plan of the five-seed study at the per-token costs measured.
 
 Every number in the report is computed here from the copied files (benchmarks/results/smol_erl/).
 """
@@ -24,7 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,6 +75,8 @@ def collect(runs: Path, data: Path = DATA) -> list[str]:
         config = json.loads(config_path.read_text())
         for name in LOCAL_FIELDS:
             config[name] = f"runs/{relative.as_posix()}"
+        if Path(config.get("model", "")).is_absolute():
+            config["model"] = Path(config["model"]).name  # a folder of the machine that ran it: its name only
         for entry in config.get("history", []):
             for change in entry.get("changes", {}).values() if isinstance(entry.get("changes"), dict) else []:
                 if isinstance(change, dict):
@@ -91,6 +105,84 @@ def load(data: Path = DATA) -> dict[str, dict[str, dict[int, tuple[dict, list[di
             setting, arm, seed = folder.parts[-3], folder.parts[-2], int(folder.name[len("seed"):])
             out.setdefault(setting, {}).setdefault(arm, {})[seed] = read_run(folder)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- running the study
+
+# Each arm's erl-train flags over the common ones (see study_commands).
+ARM_ARGS = {
+    "rlvr": ["--algo", "rlvr"],
+    "erl_own": ["--algo", "erl", "--no-eval-at-start"],
+    "erl_warmup": ["--algo", "erl", "--no-eval-at-start", "--reflection-warmup", "16", "--warmup-reflector", "brief",
+                   "--warmup-lr", "1e-3"],
+    "erl_teacher": ["--algo", "erl", "--no-eval-at-start", "--reflector", "brief"],
+}
+SETTING_ARGS = {
+    "small": [],
+    "sparse": ["--env-kwargs", json.dumps({"size": [5, 6], "min_path": 4, "prompts": "small", "exclude": "paper-test"})],
+}
+
+
+def study_commands(runs: Path, model: str, seeds: list[int], budget: int, arms: list[str], setting: str = "small",
+                   engine: str = "", threads: int = 1, eval_every: int = 8) -> list[tuple[Path, list[str]]]:
+    """The erl-train arguments of every (arm, seed) run, each into ``runs/<setting>/<arm>/seed<k>``: the cpu-smol
+    preset from ``model`` (every arm from the same starting model), one task a step, the sampled-token budget (a
+    ceiling of steps only so that the budget stops every run), ``--engine`` passed through when given."""
+    out = []
+    for arm in arms:
+        for seed in seeds:
+            folder = runs / setting / arm / f"seed{seed}"
+            argv = ["--env", "ERL-FrozenLake-v0", "--preset", "cpu-smol", "--model", model, "--seed", str(seed),
+                    "--steps", "100000", "--tasks-per-step", "1", "--max-sampled-tokens", str(budget),
+                    "--eval-every", str(eval_every), "--threads", str(threads), "--no-progress",
+                    *SETTING_ARGS[setting], *ARM_ARGS[arm], "--output", str(folder)]
+            if engine:
+                argv += ["--engine", engine]
+            out.append((folder, argv))
+    return out
+
+
+def run_finished(folder: Path, budget: int) -> bool:
+    """Whether the run in ``folder`` reached its sampled-token budget (its last training row says so)."""
+    if not (folder / "metrics.jsonl").exists():
+        return False
+    rows = _training_rows(read_run(folder)[1]) if (folder / "config.json").exists() else []
+    return bool(rows) and rows[-1].get("tokens/sampled_total", 0) >= budget
+
+
+def run_study(commands: list[tuple[Path, list[str]]], budget: int, resume: bool, runs: Path) -> list[str]:
+    """Run each command with ``python -m erl_agents.train``, one after another, skipping finished runs and
+    continuing started ones with ``--resume`` (without ``resume`` a started run is an error); the machine's
+    1-minute load average is appended to ``runs/load.jsonl`` every minute. Returns what was done per run."""
+    import threading
+    import time
+
+    done = []
+    runs.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(60):
+            with open(runs / "load.jsonl", "a") as f:
+                f.write(json.dumps({"time": time.time(), "load1": os.getloadavg()[0]}) + "\n")
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        for folder, argv in commands:
+            if run_finished(folder, budget):
+                done.append(f"{folder}: finished before, skipped")
+                continue
+            started = (folder / "config.json").exists()
+            if started and not resume:
+                raise SystemExit(f"{folder} holds a started run: pass --resume to continue it")
+            result = subprocess.run([sys.executable, "-m", "erl_agents.train", *argv] + (["--resume"] if started else []))
+            if result.returncode != 0:
+                raise SystemExit(f"{folder}: erl-train exited with {result.returncode}; rerun with --resume")
+            done.append(f"{folder}: {'resumed' if started else 'ran'}")
+    finally:
+        stop.set()
+    return done
 
 
 # ---------------------------------------------------------------------------------------------- one run
@@ -141,6 +233,12 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
         "reflections": usable[1], "usable": usable[0] / usable[1] if usable[1] else None,
         "usable_first_steps": early[0] / early[1] if early[1] else None, "first_reflections": early[1],
         "distilled": sum(r.get("count/distilled", 0) for r in steps),
+        # Retries split by their reflection (logged by runs from the commit that added retry/usable; None before).
+        "retry_split": ({kind: (sum(r.get(f"retry/{kind}_solved", 0) for r in steps),
+                                sum(r.get(f"retry/{kind}", 0) for r in steps)) for kind in ("usable", "fallback")}
+                        if any("retry/usable" in r for r in steps) else None),
+        "seconds_per_sampled_token": [r["time/step"] / r["tokens/generated"] for r in steps
+                                      if r.get("time/step") and r.get("tokens/generated")],
         "memory_set": any(r.get("memory/set") for r in steps),
         "warmup_nll": [r["warmup/nll_before"] for r in warmup if "warmup/nll_before" in r],
         "evals": evals,
@@ -158,8 +256,9 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
 
 
 def _median(runs: dict[int, dict], key: str) -> float:
-    values = sorted(v for s in runs.values() for v in s[key])
-    return values[len(values) // 2] if values else float("nan")
+    """The median over every value of ``key`` in ``runs`` (the mean of the two middle values for an even count)."""
+    values = [v for s in runs.values() for v in s[key]]
+    return statistics.median(values) if values else float("nan")
 
 
 def _median_all(summaries: dict[str, dict[int, dict]], key: str) -> float:
@@ -190,12 +289,14 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
     # identity and evaluation sampling is seeded by the run seed alone) and each arm at the end of its budget.
     starts = {seed: s["start_eval"] for arm in ordered for seed, s in summaries[arm].items() if s["start_eval"]}
     lines += ["| arm | seeds | stopped by | steps (+ warm-up) | sampled tokens per seed (budget) | trained tokens per "
-              "seed | held-out success at the end, pooled over seeds | per seed |",
+              "seed, RL (+ warm-up, counted apart) | held-out success at the end, pooled over seeds | per seed |",
               "|---|---|---|---|---|---|---|---|"]
     if starts:
         k, n = sum(e[2] for e in starts.values()), sum(e[3] for e in starts.values())
         per_seed = ", ".join(f"{e[2]}/{e[3]}" for _, e in sorted(starts.items()))
-        lines.append(f"| untrained policy (step 0) | {len(starts)} | - | 0 | 0 | 0 | {rate(k, n)} | {per_seed} |")
+        model = next(iter(arms.values()))[next(iter(next(iter(arms.values()))))][0].get("model", "")
+        start_name = "untrained policy" if model in ("", "smollm2-135m") else f"starting policy `{Path(model).name}`"
+        lines.append(f"| {start_name} (step 0) | {len(starts)} | - | 0 | 0 | 0 | {rate(k, n)} | {per_seed} |")
     for arm in ordered:
         runs = summaries[arm]
         k, n = pooled(list(runs.values()), "final_eval")
@@ -203,7 +304,8 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
         steps = ", ".join(f"{s['steps']}" + (f" (+{s['warmup_steps']})" if s["warmup_steps"] else "")
                           for s in runs.values())
         sampled = ", ".join(f"{s['sampled']:,.0f}" for s in runs.values())
-        trained = ", ".join(f"{s['trained'] + s['trained_warmup']:,.0f}" for s in runs.values())
+        trained = ", ".join(f"{s['trained']:,.0f}" + (f" (+{s['trained_warmup']:,.0f})" if s["warmup_steps"] else "")
+                            for s in runs.values())
         budget = next(iter(runs.values()))["budget"]
         per_seed = ", ".join(f"{s['final_eval'][2]}/{s['final_eval'][3]}" if s["final_eval"] else "-"
                              for s in runs.values())
@@ -247,6 +349,25 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
             f"{'n/a' if teacher else fmt(usable)} | {'n/a' if teacher else fmt(usable_first)} | "
             f"{sum(s['distilled'] for s in runs):.0f} | "
             f"{sum(s['memory_set'] for s in runs)}/{len(runs)} |")
+    split_rows = []
+    for arm in ordered:
+        found = [s["retry_split"] for s in summaries[arm].values() if s["retry_split"]]
+        if arm == "rlvr":
+            continue
+        if not found:
+            split_rows.append(f"| {ARM_NAMES[arm]} | not logged | not logged | - |")
+            continue
+        cells = {kind: (sum(f[kind][0] for f in found), sum(f[kind][1] for f in found)) for kind in ("usable", "fallback")}
+        (ku, nu), (kf, nf) = cells["usable"], cells["fallback"]
+        d = difference(ku, nu, kf, nf) if nu and nf else None
+        split_rows.append(f"| {ARM_NAMES[arm]} ({len(found)} of {len(summaries[arm])} seeds) | {rate(ku, nu)} | "
+                          f"{rate(kf, nf)} | " + (f"{d[0]:+.2f} [{d[1]:+.2f}, {d[2]:+.2f}]" if d else "n/a") + " |")
+    if split_rows:
+        lines += ["", "Retry success split by the reflection before it: a usable `<prompt>` block, or none (the retry "
+                  "then runs on the initial prompt: in effect a plain second try). Runs made before this split was "
+                  "logged (`retry/usable` in metrics.jsonl) say \"not logged\": for them it was never measured.", "",
+                  "| arm | retries after a usable reflection: solved | after an unusable one (fallback): solved | "
+                  "usable minus fallback (95%, Newcombe) |", "|---|---|---|---|", *split_rows]
     warm = summaries.get("erl_warmup", {})
     if any(s["warmup_nll"] for s in warm.values()):
         lines += ["", "Reflection warm-up: the policy's negative log-likelihood of the teacher's rulebooks (nats per "
@@ -260,6 +381,10 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
                                      for arm in ordered)
               + f". Seconds per held-out evaluation ({any_run['evals'][0][3] if any_run['evals'] else 0} episodes, "
               f"median over all runs): {_median_all(summaries, 'eval_seconds'):.0f}."]
+    lines += ["", "Seconds per sampled token (each step's seconds over the tokens it sampled, median over the arm's "
+              "steps and seeds; the step's update included): " + "; ".join(
+                  f"{ARM_NAMES[arm]} {_median(summaries[arm], 'seconds_per_sampled_token'):.2f}" for arm in ordered)
+              + "."]
     lines += ["", "Wall time per run (minutes, evaluations included): " + "; ".join(
         f"{ARM_NAMES[arm]} " + ", ".join(f"{s['minutes']:.0f}" for s in summaries[arm].values()) for arm in ordered)
         + "."]
@@ -296,6 +421,43 @@ def machine_lines(folder: Path) -> list[str]:
     return lines + ([""] if lines else [])
 
 
+def compute_plan(arms: dict[str, dict[int, tuple[dict, list[dict]]]], seeds: int = 5, budget: int = 20_000,
+                 eval_every: int = 8) -> list[str]:
+    """The study's cost at the per-token costs these runs measured: per arm, ``seeds`` runs of ``budget`` sampled
+    tokens (seconds per sampled token x budget), the warm-up's steps, and a held-out evaluation every
+    ``eval_every`` steps (steps from the arm's median sampled tokens per step)."""
+    summaries = {arm: {seed: run_summary(*run) for seed, run in runs.items()} for arm, runs in arms.items()}
+    lines, total = [], 0.0
+    for arm in [a for a in ARMS if a in summaries]:
+        runs = summaries[arm]
+        per_token = _median(runs, "seconds_per_sampled_token")
+        per_step = statistics.median([r["tokens/generated"] for _, rows in arms[arm].values()
+                                      for r in _training_rows(rows) if r.get("tokens/generated")])
+        steps = math.ceil(budget / per_step)
+        evals = steps // eval_every + 1
+        eval_seconds = _median(runs, "eval_seconds") if any(s["eval_seconds"] for s in runs.values()) else \
+            _median_all(summaries, "eval_seconds")
+        warmup = sum(r.get("time/warmup_step", 0.0) for _, rows in arms[arm].values() for r in rows
+                     if "warmup_step" in r) / len(runs)
+        seconds = seeds * (budget * per_token + evals * eval_seconds + warmup)
+        total += seconds
+        lines.append(f"| {ARM_NAMES[arm]} | {per_token:.3f} | {per_step:.0f} | {steps} | {evals} x {eval_seconds:.0f} s | "
+                     f"{warmup / 60:.1f} | {seconds / 3600:.1f} |")
+    return (["## Compute plan: the four arms from the warm start, "
+             f"{seeds} seeds x {budget:,} sampled tokens", "",
+             "What the study would cost on this machine's HF engine at the per-token costs measured above (setting "
+             "`small`, one torch thread per run, the load above), per arm over its seeds: seconds per sampled token "
+             f"(median), sampled tokens per step (median) and so steps to the budget, a held-out evaluation every "
+             f"{eval_every} steps (median seconds), the warm-up's minutes per run. A warm-started policy plays other "
+             "episodes than the untrained one (it ends more of them at the goal, fewer at the step limit), so its "
+             "per-step numbers will differ; the vLLM engine's per-token "
+             "cost is to be measured the same way before the study starts.", "",
+             "| arm | s / sampled token | tokens / step | steps | evaluations | warm-up min / run | hours, all seeds |",
+             "|---|---|---|---|---|---|---|", *lines, "",
+             f"In all {total / 3600:.1f} hours of one core; with the machine's 2 cores shared by two runs at a time, "
+             f"about {total / 3600 / 2:.1f} wall hours, if the load stays as it was."])
+
+
 def to_markdown(data: dict, command: str, png: str = "smol_erl.png", folder: Path = DATA) -> str:
     lines = [
         "# ERL vs RLVR with a real model on CPU: SmolLM2-135M-Instruct on FrozenLake",
@@ -308,6 +470,8 @@ def to_markdown(data: dict, command: str, png: str = "smol_erl.png", folder: Pat
     for setting in SETTINGS:
         if setting in data:
             lines += setting_section(setting, data[setting]) + [""]
+    if "small" in data:
+        lines += compute_plan(data["small"]) + [""]
     return "\n".join(lines)
 
 
@@ -388,7 +552,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="copy RUNS/<setting>/<arm>/seed<k>/{config.json,metrics.jsonl} into --data first")
     parser.add_argument("--data", type=Path, default=DATA, help="the copied runs (default: beside the report)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "smol_erl.md")
+    study = parser.add_argument_group("running the study (then --collect RUNS writes the report)")
+    study.add_argument("--run", type=Path, default=None, help="run the arms x seeds into RUNS/<setting>/<arm>/seed<k>")
+    study.add_argument("--model", default="smollm2-135m",
+                       help="the starting model of every arm: a packaged name or a folder (the warm start's final_model)")
+    study.add_argument("--engine", default="", help="passed to erl-train as --engine (e.g. vllm); empty: its default")
+    study.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    study.add_argument("--budget", type=int, default=20_000, help="sampled tokens per run")
+    study.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    study.add_argument("--setting", choices=SETTINGS, default="small")
+    study.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    study.add_argument("--resume", action="store_true", help="continue started runs (finished ones are skipped)")
+    study.add_argument("--dry-run", action="store_true", help="print the erl-train commands and stop")
     args = parser.parse_args(argv)
+    if args.run is not None:
+        if args.budget < 1:
+            parser.error(f"--budget must be at least 1 sampled token, got {args.budget}")
+        commands = study_commands(args.run, args.model, args.seeds, args.budget, args.arms, args.setting, args.engine,
+                                  args.threads)
+        if args.dry_run:
+            for _, command in commands:
+                print("erl-train " + " ".join(command))
+            return 0
+        for line in run_study(commands, args.budget, args.resume, args.run):
+            print(line)
+        args.collect = args.run
     if args.collect is not None:
         for name in collect(args.collect, args.data):
             print(f"copied {name}")
