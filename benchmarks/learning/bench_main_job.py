@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -174,6 +175,16 @@ def to_markdown(data: Path = DATA) -> str:
             lines.append(f"| {config['algo']} | " + " | ".join(rate(k, n) for _, k, n in evals)
                          + " | -" * (len(_evals(_read(data / ci[0])[1])) - len(evals))
                          + f" | {score} | {bar} | {verdict} |")
+        loads = []
+        for name in ci:
+            config, rows, load = _read(data / name)
+            if load:
+                minutes = max((r.get("time/elapsed", 0) for r in rows), default=0) / 60
+                loads.append(f"{config['algo']}: median {statistics.median(load):.1f}, {_load_words(load)}, over "
+                             f"{minutes:.0f} wall minutes")
+        if loads:
+            lines += ["", "Load average (1 minute, sampled every 30 s) while the CI runs went on: " + "; ".join(loads)
+                      + "."]
         lines += ["", *_step0_lines(data, ci)]
         lines.append("")
     return "\n".join(lines)
