@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from erl_agents.accelerator import DTYPES, PRECISIONS, precision_conflict
+from erl_agents.tracking import report_to_problem
 
 __all__ = ["TrainConfig", "PRESETS", "ENV_PRESETS", "ALGOS", "RULES", "JOINT_RULES", "Rule", "validate_fields",
            "build_config", "load_config_file", "config_to_dict"]
@@ -111,6 +112,7 @@ class TrainConfig:
     dtype: str = "auto"  # training precision: bfloat16/float16 = fp32 weights + autocast; bfloat16-lossy-storage
     threads: int = 0  # torch CPU threads; 0 = all cores
     progress: bool = True  # tqdm bar
+    report_to: str = "none"  # experiment trackers besides metrics.jsonl: none, or tensorboard, trackio, wandb (comma-separated)
     time_limit_min: float = 0.0  # stop (checkpoint, final eval) after this many minutes of training (eval excluded); 0 = off
     # --- faults and budgets ---
     max_bad_steps: int = 5  # stop the run after this many consecutive steps with a non-finite loss/gradient; 0 = never
@@ -293,6 +295,8 @@ RULES: dict[str, Rule] = {
     "dtype": _one_of(*DTYPES),
     "threads": _off_or_more(4096, resume="free"),
     "progress": _FREE_FLAG,
+    "report_to": Rule(str, "none, or tensorboard, trackio and/or wandb joined by commas",
+                      lambda v: report_to_problem(v) is None, resume="free"),
     "time_limit_min": _off_or_more(kind=float, resume="free"),
     "max_bad_steps": _off_or_more(_MANY_STEPS, resume="free"),
     "mask_truncated": _FLAG,

@@ -137,10 +137,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from erl_agents.checkpoint import CorruptCheckpointError
     from erl_agents.run_folder import RunFolderLockedError
+    from erl_agents.tracking import TrackerNotInstalled
     from erl_envs.integrations.remote import RemoteEnvError
 
     return (ValueError, TypeError, OSError, gymnasium.error.Error, CorruptCheckpointError, RunFolderLockedError,
-            RemoteEnvError)
+            RemoteEnvError, TrackerNotInstalled)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

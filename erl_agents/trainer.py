@@ -38,6 +38,7 @@ from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, lo
 from erl_agents.decoding import reflection_prefill
 from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, run_episodes
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
+from erl_agents.tracking import Trackers, open_trackers
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
 from erl_envs.safe_parse import loads_json, read_text_limited
 
@@ -67,6 +68,7 @@ class Trainer:
         self.writer = RunWriter(config.output, enabled=is_main_process and self.world.is_main)
         # One run per folder: a second one would interleave metrics and race on checkpoint names.
         self._lock = RunLock(config.output) if self.writer.enabled else None
+        self.trackers = Trackers()  # --report-to: copies of each metrics row (opened once the run is built)
         try:
             self._build(config)
         except BaseException:
@@ -169,6 +171,8 @@ class Trainer:
         else:
             self.writer.rewrite_metrics([])
         self.writer.write_json("config.json", {**config_to_dict(config), **({"history": history} if history else {})})
+        if self.writer.enabled:
+            self.trackers = open_trackers(config.report_to, config.output, config_to_dict(config))
         # What the update trains through: the policy itself, or under data parallel a DDP wrapper that all-reduces
         # its gradients (DDP also broadcasts rank 0's weights here, so every rank starts identical).
         self.train_model = self.policy.model
@@ -304,6 +308,7 @@ class Trainer:
 
     def close(self) -> None:
         """Release the run folder for the next run (``train`` does this itself)."""
+        self.trackers.close()
         if self._lock is not None:
             self._lock.release()
 
@@ -417,6 +422,7 @@ class Trainer:
             from erl_agents.plots import plot_learning_curves
 
             plot_learning_curves(self.metrics, Path(cfg.output) / "curves.png", title=f"{cfg.algo} on {cfg.env}")
+            self.trackers.log_image(Path(cfg.output) / "curves.png")
         self.world.barrier()  # every rank returns once rank 0's files are complete
         return self.metrics
 
@@ -503,6 +509,7 @@ class Trainer:
         row = finite_row(row)  # strict JSON: the loss of a step with no update is null, not NaN
         self.metrics.append(row)
         self.writer.append_metrics(row)
+        self.trackers.log(row)
 
     def _check_numerics(self, row: dict) -> None:
         """Warn about a step that skipped updates; stop the run once ``max_bad_steps`` such steps come in a row."""
