@@ -1,7 +1,14 @@
-"""What ``erl-serve`` accepts from a connection before any env sees it: body size, time, origin; and errors as JSON.
+"""What ``erl-serve`` accepts from a connection before any env sees it: host, origin, body size, time; and errors as
+JSON.
 
 ``RequestLimits`` is an ASGI middleware around the whole app:
 
+* **Host**, checked first. A page of another site can point its own name at 127.0.0.1 (DNS rebinding); the
+  browser then sends that name as both ``Host`` and ``Origin``, so the origin check alone would take the page for
+  one this server serves. A request whose ``Host`` is a name this server was not given (``localhost``, the name it
+  binds, ``allowed_hosts``) is refused: HTTP with 403, a WebSocket handshake closed before it is accepted (403). An
+  IP address as ``Host`` is always accepted: no page can rebind an address, and a server bound to every interface
+  is reached by its addresses. A request without ``Host`` (HTTP/1.0 programs) is accepted; browsers always send it.
 * **Origin.** A browser sends ``Origin`` with every cross-site POST and WebSocket handshake; a page on another site
   must not open sessions or play on a server it can reach (a server on 127.0.0.1 is reachable from any page the
   user's browser opens). A request whose ``Origin`` is neither this server's own (``Host``) nor in
@@ -22,14 +29,18 @@ held for ever (uvicorn only times out idle keep-alive connections between reques
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 from typing import Any, Awaitable, Callable, Iterable
 from urllib.parse import urlsplit
 
-__all__ = ["RequestLimits", "timed_protocol", "json_error"]
+__all__ = ["RequestLimits", "timed_protocol", "json_error", "LOCAL_HOST_NAMES", "host_name"]
 
 log = logging.getLogger("erl-serve")
+
+# The names every server answers to; the name it binds and ``allowed_hosts`` are added.
+LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -47,6 +58,25 @@ def json_error(status: int, message: str, close: bool = False) -> tuple[Message,
             {"type": "http.response.body", "body": body})
 
 
+def host_name(host: str) -> str:
+    """The name in a ``Host`` header value (or a ``--host`` setting): no port, no IPv6 brackets, lower case, no
+    trailing dot (``localhost.`` is ``localhost``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:  # name:port (more than one colon is an IPv6 address without brackets)
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 class _BodyRefused(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -57,7 +87,7 @@ class RequestLimits:
     """The ASGI middleware described in the module docstring."""
 
     def __init__(self, app: Callable, max_body_bytes: int, body_timeout_s: float,
-                 allowed_origins: Iterable[str] = ()):
+                 allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()):
         if max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be at least 1, got {max_body_bytes}")
         if not body_timeout_s > 0:
@@ -66,17 +96,18 @@ class RequestLimits:
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.allowed_origins = {origin.rstrip("/").lower() for origin in allowed_origins}
+        self.allowed_hosts = {host_name(host) for host in (*LOCAL_HOST_NAMES, *allowed_hosts)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = {name.lower(): value for name, value in scope.get("headers", [])}
-        refusal = self._origin_refusal(headers)
+        refusal = self._host_refusal(headers) or self._origin_refusal(headers)
         if refusal is not None:
             log.warning("erl-serve: %s", refusal)
             if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008, "reason": "origin not allowed"})
+                await send({"type": "websocket.close", "code": 1008, "reason": "host or origin not allowed"})
             else:
                 for message in json_error(403, refusal):
                     await send(message)
@@ -92,6 +123,18 @@ class RequestLimits:
             return
         await self._call_app(scope, _replay(body, receive), send)
 
+    def _host_refusal(self, headers: dict[bytes, bytes]) -> str | None:
+        host = headers.get(b"host")
+        if host is None:
+            return None
+        text = host.decode("latin-1").strip()
+        name = host_name(text)
+        if "*" in self.allowed_hosts or name in self.allowed_hosts or _is_address(name):
+            return None
+        return (f"refused a request for the host name {text[:100]!r}: this server answers to localhost, its own "
+                f"addresses and the names it is given, since a web page of another site can point its own name "
+                f"here (DNS rebinding); start erl-serve with --allowed-hosts {name[:100]} to allow that name")
+
     def _origin_refusal(self, headers: dict[bytes, bytes]) -> str | None:
         origin = headers.get(b"origin")
         if origin is None:
@@ -101,7 +144,7 @@ class RequestLimits:
             return None
         host = headers.get(b"host", b"").decode("latin-1").strip().lower()
         if host and urlsplit(text).netloc.lower() == host:
-            return None  # same origin: a page this server serves
+            return None  # same origin: a page this server serves (its Host passed the check above)
         return (f"refused a request from the web page at {text[:100]!r}: browsers may not drive this server from "
                 f"other sites (start erl-serve with --allow-origin {text[:100]} to allow that one)")
 

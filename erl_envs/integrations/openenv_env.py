@@ -28,6 +28,7 @@ import gymnasium as gym
 import erl_envs
 from erl_envs import protocol
 from erl_envs.integrations.remote import space_to_json
+from erl_envs.integrations.trl import answer_reply
 
 try:
     from openenv.core.env_server.types import EnvironmentMetadata, State
@@ -136,7 +137,7 @@ def mcp_server_for(served: Any, action_cls: type):
         @server.tool
         def answer(text: str) -> str:
             """Give the final answer; returns whether it was right."""
-            return play(f"\\boxed{{{text}}}")
+            return play(answer_reply(text))  # as TRL's answer tool: the text can never read as a search
     if served.reflection:
         @server.tool
         def reflect(rulebook: str) -> str:

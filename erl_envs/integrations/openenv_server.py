@@ -23,14 +23,20 @@ every text is valid UTF-8 (lone surrogates from a model's reply are replaced).
 Bounds (docs/guarantees.md lists them with their defaults): bodies over ``--max-body-bytes`` (413) or slower than
 ``--request-timeout`` (408), connections that send no complete request within ``--request-timeout``, reset options
 nested deeper than ``MAX_OPTION_DEPTH``, sessions beyond ``--max-sessions`` (503, exact under concurrent creation),
-and cross-site browser requests (403, ``http_limits``); what one reset may cost is bounded by the envs themselves
+and requests for a host name the server was not given or from a page of another site (403, ``http_limits``); what one reset may cost is bounded by the envs themselves
 (map and level sizes checked before any work, a solver budget for what reset options ask). Errors are JSON
 ``{"error": "..."}`` lines that name the problem: unknown route or expired session (404), method not allowed (405),
 step before reset or after the episode ended, or a busy session (409), malformed body or action (422), bad reset
 options (400), too many sessions (503); a 500 is a bug and keeps the connection open. Sessions idle for longer than
 ``--session-ttl`` seconds are closed by a sweeper thread (OpenEnv's reaper does the same for WebSocket sessions).
 SIGTERM stops the server cleanly: uvicorn finishes the requests in flight (at most ``SHUTDOWN_TIMEOUT_S``), then
-every env is closed.
+every env is closed. ``/info`` tells a client what it needs to play (the env id, its instructions and spaces, the
+body limit and the idle TTL), not how the env was built (its kwargs may name files). There is no ``/docs`` page
+(FastAPI's loads its script from a CDN): ``/openapi.json`` and ``/schema`` describe the routes.
+
+``serve(app, host, port)`` runs an app with the limits it was built with (``server_config``); ``erl-serve`` and the
+OpenEnv image (``deploy/openenv/server/app.py``) both start through it. Limits and the port are checked at start-up,
+each refusal one line.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -69,7 +76,8 @@ except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve needs openenv-core and uvicorn: pip install 'erl-gym[serve]' ({error})") from None
 
 __all__ = ["ERLAction", "ERLObservation", "ServedEnv", "SessionStore", "EpisodeStateError", "ResetRefusedError",
-           "build_app", "server_config", "main", "MAX_OPTION_DEPTH", "SHUTDOWN_TIMEOUT_S"]
+           "build_app", "server_config", "serve", "check_limits", "check_port", "main", "MAX_OPTION_DEPTH",
+           "SHUTDOWN_TIMEOUT_S"]
 
 log = logging.getLogger("erl-serve")
 
@@ -321,33 +329,61 @@ def _validation_message(errors: list) -> str:
     return "malformed request: " + "; ".join(parts)
 
 
+# The command-line flag of each limit, for the start-up message.
+_LIMIT_FLAGS = {"session_ttl_s": "--session-ttl", "request_timeout_s": "--request-timeout",
+                "max_sessions": "--max-sessions", "max_body_bytes": "--max-body-bytes"}
+
+
+def check_limits(session_ttl_s: float, max_sessions: int, max_body_bytes: int, request_timeout_s: float) -> None:
+    """Refuse, in one ``ValueError`` line naming the setting, a limit under which every request would fail."""
+    for name, value in (("session_ttl_s", session_ttl_s), ("request_timeout_s", request_timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} ({_LIMIT_FLAGS[name]}) must be a positive number of seconds, got {value!r}")
+    for name, value in (("max_sessions", max_sessions), ("max_body_bytes", max_body_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} ({_LIMIT_FLAGS[name]}) must be a whole number >= 1, got {value!r}")
+
+
+def check_port(port: int) -> int:
+    """``port`` if it is a TCP port (1 to 65535), else one ``ValueError`` line."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"the port (--port) must be a whole number from 1 to 65535, got {port!r}")
+    return port
+
+
+# FastAPI's documentation pages load their scripts from a CDN: they are not served.
+_DOC_PAGES = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc"})
+
+
 def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = None, session_ttl_s: float = 600.0,
               max_sessions: int = 256, max_body_bytes: int = 1 << 20, request_timeout_s: float = 10.0,
-              allowed_origins: tuple[str, ...] = (), web: bool = False) -> FastAPI:
+              allowed_origins: tuple[str, ...] = (), web: bool = False, allowed_hosts: tuple[str, ...] = ()
+              ) -> FastAPI:
     """The FastAPI app serving ``env_id``: OpenEnv's routes plus the HTTP session routes (module docstring), inside
-    ``http_limits.RequestLimits`` (body size and time, origin, errors as JSON), and with ``web`` the browser
-    interface at ``/web`` (``erl_envs.integrations.openenv_web``)."""
-    if session_ttl_s <= 0:
-        raise ValueError(f"session_ttl_s must be > 0, got {session_ttl_s}")
-    if max_sessions < 1:
-        raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+    ``http_limits.RequestLimits`` (host, origin, body size and time, errors as JSON), and with ``web`` the browser
+    interface at ``/web`` (``erl_envs.integrations.openenv_web``). ``allowed_hosts`` are the names, besides
+    ``localhost`` and IP addresses, that requests may address it by (give the name it is bound to)."""
+    check_limits(session_ttl_s, max_sessions, max_body_bytes, request_timeout_s)
     make = make_env_factory(env_id, reflection, env_kwargs)
     make_served = functools.partial(ServedEnv, make, env_id, reflection)
     probe = make()  # for /info, and so a bad env kwarg fails now rather than on the first session
-    info = {
-        "env_id": env_id, "reflection": reflection, "env_kwargs": to_jsonable(env_kwargs or {}),
+    info = {  # what a client needs to play; not the env's kwargs, which may name files of this machine
+        "env_id": env_id, "reflection": reflection,
         "instructions": protocol.instructions_of(probe), "prompt_style": protocol.prompt_style_of(probe),
         "observation_space": space_to_json(probe.observation_space),
         "action_space": space_to_json(probe.action_space),
-        "session_ttl_s": session_ttl_s, "max_sessions": max_sessions, "max_body_bytes": max_body_bytes,
+        "session_ttl_s": session_ttl_s, "max_body_bytes": max_body_bytes,
     }
     probe.close()
 
     app = create_fastapi_app(make_served, ERLAction, ERLObservation,
                              concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
                                                                   session_timeout=session_ttl_s))
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in _DOC_PAGES]
+    app.docs_url = app.redoc_url = None
     app.add_middleware(RequestLimits, max_body_bytes=max_body_bytes, body_timeout_s=request_timeout_s,
-                       allowed_origins=allowed_origins)
+                       allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
+    app.state.limits = {"request_timeout_s": request_timeout_s, "max_body_bytes": max_body_bytes}
     store = SessionStore(make_served, session_ttl_s, max_sessions)
     app.state.sessions = store
 
@@ -371,7 +407,7 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     @app.exception_handler(StarletteHTTPException)
     async def _http_exception(request: Request, error: StarletteHTTPException):
         # Routing's own answers (404, 405, a body that is not JSON at all) in the same shape as ours.
-        words = {404: f"no route {request.method} {request.url.path} (see /docs for the routes)",
+        words = {404: f"no route {request.method} {request.url.path} (see /openapi.json for the routes)",
                  405: f"{request.method} is not allowed on {request.url.path}"}
         detail = error.detail if isinstance(error.detail, str) else to_jsonable(error.detail)
         message = words.get(error.status_code, detail if isinstance(detail, str) else f"HTTP {error.status_code}")
@@ -427,15 +463,29 @@ def build_app(env_id: str, reflection: bool = False, env_kwargs: dict | None = N
     return app
 
 
-def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, request_timeout_s: float = 10.0,
-                  max_body_bytes: int = 1 << 20, log_level: str = "info"):
+def server_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, request_timeout_s: float | None = None,
+                  max_body_bytes: int | None = None, log_level: str = "info"):
     """The uvicorn configuration erl-serve runs ``app`` with: headers and bodies within ``request_timeout_s``,
-    WebSocket messages within ``max_body_bytes``, SIGTERM waiting at most ``SHUTDOWN_TIMEOUT_S`` for requests."""
+    WebSocket messages within ``max_body_bytes`` (both, when not given, the limits ``build_app`` gave ``app``),
+    SIGTERM waiting at most ``SHUTDOWN_TIMEOUT_S`` for requests."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+    limits = getattr(app.state, "limits", {})
+    request_timeout_s = limits.get("request_timeout_s", 10.0) if request_timeout_s is None else request_timeout_s
+    max_body_bytes = limits.get("max_body_bytes", 1 << 20) if max_body_bytes is None else max_body_bytes
+    return uvicorn.Config(app, host=host, port=check_port(port), log_level=log_level, access_log=False,
                           http=timed_protocol(request_timeout_s), ws_max_size=max_body_bytes,
                           timeout_graceful_shutdown=SHUTDOWN_TIMEOUT_S)
+
+
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run ``app`` (from ``build_app``) until SIGTERM or SIGINT, with the limits it was built with: the one way
+    ``erl-serve`` and the OpenEnv image start a server."""
+    import uvicorn
+
+    # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the app's shutdown hook
+    # closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
+    uvicorn.Server(server_config(app, host, port, log_level=log_level)).run()
 
 
 def _parse_kwargs(pairs: list[str]) -> dict:
@@ -468,6 +518,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="largest request body (and WebSocket message) accepted, in bytes")
     parser.add_argument("--request-timeout", type=float, default=10.0,
                         help="seconds a connection has to send a request's headers, and then its body")
+    parser.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME[,NAME...]",
+                        help="host names (besides localhost and IP addresses) that requests may address this server "
+                             "by, e.g. the machine's DNS name (repeatable; '*' allows any, e.g. behind a proxy that "
+                             "checks names); the --host name is allowed")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="a web page origin (e.g. https://my-ui.example) allowed to call this server from a "
                              "browser (repeatable; '*' allows every site); pages this server serves are allowed")
@@ -477,20 +531,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     web = args.web or os.environ.get("ENABLE_WEB_INTERFACE", "").lower() in ("1", "true", "yes")
 
-    import uvicorn
-
+    hosts = tuple(name.strip() for names in args.allowed_hosts for name in names.split(",") if name.strip())
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     try:
+        check_port(args.port)
+        check_limits(args.session_ttl, args.max_sessions, args.max_body_bytes, args.request_timeout)
         app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg), args.session_ttl, args.max_sessions,
-                        args.max_body_bytes, args.request_timeout, tuple(args.allow_origin), web=web)
+                        args.max_body_bytes, args.request_timeout, tuple(args.allow_origin), web=web,
+                        allowed_hosts=(*hosts, args.host))
     except (ValueError, TypeError) as error:
         raise SystemExit(f"erl-serve: {error}") from None
     log.info("erl-serve: %s%s on http://%s:%d%s", args.env, " (reflection)" if args.reflection else "", args.host,
              args.port, " (web interface at /web)" if web else "")
-    # uvicorn turns SIGTERM/SIGINT into a graceful shutdown: in-flight requests finish, then the shutdown hook
-    # above closes every session's env; then it re-raises the signal, so the exit status reads "terminated".
-    uvicorn.Server(server_config(app, args.host, args.port, args.request_timeout, args.max_body_bytes,
-                                 args.log_level)).run()
+    serve(app, args.host, args.port, args.log_level)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,20 @@ Routes (JSON unless said): ``GET /web`` (the page, HTML), ``POST /web/api/sessio
 below, ``GET /web/api/sessions/{id}/board.png`` (the render; 404 for an env without ``rgb_array``). The view:
 ``{text, reward, total_reward, done, phase, attempt, system_prompt, log, record, info, has_board, moves}``. Errors
 are 4xx ``{"error": "..."}`` lines: 404 for an unknown or expired session (the server's), 409 for a step before a
-reset or after the end, 400 for a refused reset, 422 for a malformed body.
+reset or after the end, or for a call while the tab's previous call still runs (answered at once, never queued: a
+tab holds at most one worker thread, as an HTTP session does), 400 for a refused reset, 422 for a malformed body.
+
+The page loads nothing from elsewhere and is sent with a Content-Security-Policy that allows only its own inline
+script and style (by their sha256) and requests to this server, and that no other site may frame it
+(``frame-ancestors 'none'``, ``X-Frame-Options: DENY``).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
+import re
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -34,7 +42,7 @@ try:
 except ImportError as error:  # pragma: no cover - only without the extra
     raise ImportError(f"erl-serve --web needs fastapi: pip install 'erl-gym[serve]' ({error})") from None
 
-__all__ = ["WebPlay", "WebEpisodeError", "mount_web_interface", "PAGE"]
+__all__ = ["WebPlay", "WebEpisodeError", "mount_web_interface", "page_headers", "PAGE"]
 
 MAX_REPLY_CHARS = 65_536
 MAX_LOG_STEPS = 200  # the page lists the last steps only: an episode of a free-text env may run long
@@ -104,6 +112,18 @@ class WebPlay:
         self.env.close()
 
 
+def page_headers(page: str) -> dict[str, str]:
+    """The security headers of ``page``: its inline ``<script>`` and ``<style>`` allowed by hash, nothing else."""
+    def hashes(tag: str) -> str:
+        blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, flags=re.S)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks)
+
+    policy = (f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; img-src 'self'; "
+              "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+    return {"Content-Security-Policy": policy, "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+
+
 def _comment(info: dict) -> str:
     """The step's one-line comment: the env's, or under ReflectionWrapper the inner env's (``step_info``)."""
     inner = info.get("step_info") if isinstance(info.get("step_info"), dict) else {}
@@ -123,8 +143,8 @@ class _WebStep(BaseModel):
 def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs: dict | None,
                         make_env_factory: Callable, make_store: Callable) -> None:
     """Add ``/web`` and its API to ``app``, an ``erl-serve`` app: ``make_env_factory(env_id, reflection, kwargs)``
-    makes the tabs' envs and ``make_store(make_play)`` their session store (whose lookups refuse unknown sessions
-    through the app's own error handler)."""
+    makes the tabs' envs and ``make_store(make_play)`` their session store (whose lookups refuse unknown and busy
+    sessions through the app's own error handler)."""
     kwargs = dict(env_kwargs or {})
     spec_modes = gym.make(env_id, **kwargs).metadata.get("render_modes", [])
     has_board = "rgb_array" in spec_modes
@@ -134,10 +154,10 @@ def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs:
     store = make_store(lambda: WebPlay(make(), has_board))
     app.state.web_sessions = store
     page = PAGE.replace("__TITLE__", f"{env_id}{' with ReflectionWrapper' if reflection else ''}")
+    headers = page_headers(page)
 
     def _run(session_id: str, action):
-        session = store.get(session_id)
-        with session.lock:
+        with store.running(session_id) as session:  # a busy tab answers 409 at once
             try:
                 return action(session.env)
             except WebEpisodeError as error:
@@ -149,7 +169,7 @@ def mount_web_interface(app: FastAPI, env_id: str, reflection: bool, env_kwargs:
 
     @app.get("/web", include_in_schema=False)
     def web_page() -> HTMLResponse:
-        return HTMLResponse(page)
+        return HTMLResponse(page, headers=headers)
 
     @app.post("/web/api/sessions")
     def web_session() -> dict:
@@ -195,6 +215,7 @@ PAGE = """<!doctype html>
  table { border-collapse: collapse; font-size: .85em; } td, th { border-bottom: 1px solid #eee; padding: .2em .5em;
  text-align: left; vertical-align: top; }
  #status { font-weight: bold; } .error { color: #b00020; }
+ .spaced { margin-top: 1em; } .wide { flex: 1; min-width: 22em; } .aside { margin-left: 1em; } #seed { width: 7em; }
 </style></head>
 <body>
 <h1>erl-gym: __TITLE__</h1>
@@ -202,16 +223,16 @@ PAGE = """<!doctype html>
  <div class="panel"><img id="board" alt="the board"></div>
  <div class="panel"><div id="status">starting...</div><pre id="observation"></pre></div>
 </div>
-<div class="row" style="margin-top:1em">
- <div class="panel" style="flex:1; min-width: 22em">
+<div class="row spaced">
+ <div class="panel wide">
   <div id="moves"></div>
   <textarea id="reply" placeholder="a reply, exactly as a model would write it"></textarea>
   <button id="send">Send reply</button>
-  <span style="margin-left:1em">seed <input id="seed" type="number" min="0" style="width:7em">
+  <span class="aside">seed <input id="seed" type="number" min="0">
   <button id="new">New episode</button></span>
   <div id="error" class="error"></div>
  </div>
- <div class="panel" style="flex:1; min-width: 22em">
+ <div class="panel wide">
   <div><b>Episode record</b> <span id="phase"></span></div>
   <details><summary>system prompt in force</summary><pre id="prompt"></pre></details>
   <table id="log"><thead><tr><th>#</th><th>phase</th><th>action</th><th>reward</th><th>comment</th></tr></thead>

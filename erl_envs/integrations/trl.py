@@ -57,8 +57,8 @@ import numpy as np
 import erl_envs  # noqa: F401  (registers the ERL-* ids)
 from erl_envs import protocol
 
-__all__ = ["make_trl_environment", "make_dataset", "task_seed", "system_prompt", "ERLToolEnv", "TOOL_INSTRUCTIONS",
-           "TOOL_FORMAT_REMINDERS"]
+__all__ = ["make_trl_environment", "make_dataset", "task_seed", "check_seed", "system_prompt", "ERLToolEnv",
+           "TOOL_INSTRUCTIONS", "TOOL_FORMAT_REMINDERS"]
 
 # The system prompts of tool use: the same tasks as the env's own instructions, acted on through the tools below
 # instead of text blocks, so they live beside the tools they describe. Assign to change them.
@@ -93,6 +93,16 @@ _TEXT_ACTIONS = {
 }
 _SEARCH_ACTION = (re.compile(r"<search>(.*?)</search>", re.S), 'search(query="{}")')
 _PROMPT_BLOCK = ("inside <prompt>...</prompt>", "with the reflect tool")
+
+
+def check_seed(seed: Any, name: str = "seed") -> int | None:
+    """``seed`` if it is None or a non-negative int (a NumPy integer too), else one ``ValueError`` line: a text or a
+    float seed would otherwise be read as some other task."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
+    return int(seed)
 
 
 def task_seed(base: int, index: int) -> int:
@@ -155,7 +165,8 @@ class ERLToolEnv:
 
     def reset(self, seed: int | None = None, options: dict | None = None, prompt: Any = None, **row: Any) -> str:
         """Start a task: the row's ``seed``, or without one the next task of the class's stream (module docstring)."""
-        task = int(seed) if seed is not None else self._next_task_seed()
+        task = check_seed(seed)
+        task = self._next_task_seed() if task is None else task
         obs, info = self._env.reset(seed=task, options=options)
         self.task_seed, self.actions, self.calls_after_end = task, [], 0
         self._done, self._phase, self._attempt, self._returns = False, info.get("phase", "attempt1"), 1, {1: 0.0}
@@ -319,8 +330,7 @@ def make_trl_environment(env_id: str, reflection: bool = False, num_generations:
                          f"{sorted(k for k in gym.registry if k.startswith('ERL-'))}")
     if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
         raise ValueError(f"num_generations must be a positive int (GRPOConfig's), got {num_generations!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+    seed = check_seed(seed)
     probe = gym.make(env_id, **env_kwargs)  # fails here, not in TRL's pool, on a bad kwarg
     style = protocol.prompt_style_of(probe)
     probe.close()

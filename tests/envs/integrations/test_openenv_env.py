@@ -16,6 +16,8 @@ pytest.importorskip("openenv.core", reason="erl-serve needs the [serve] extra (o
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+LOCAL = "http://127.0.0.1"  # TestClient's own host name, testserver, is not one the server answers to
+
 import erl_envs  # noqa: E402,F401
 from erl_envs.integrations.openenv_server import build_app  # noqa: E402
 from paths import ROOT  # noqa: E402
@@ -28,7 +30,7 @@ def _rpc(client, method: str, params: dict, request_id: int = 1) -> dict:
 
 
 def test_metadata_names_the_env_and_carries_its_rules_and_schemas():
-    with TestClient(build_app("ERL-Sokoban-v0", reflection=True)) as client:
+    with TestClient(build_app("ERL-Sokoban-v0", reflection=True), base_url=LOCAL) as client:
         meta = client.get("/metadata").json()
     assert meta["name"] == "ERL-Sokoban-v0" and meta["author"] == "erl-gym" and meta["version"] == erl_envs.__version__
     assert "box" in meta["description"].lower() and "ReflectionWrapper" in meta["description"]
@@ -40,8 +42,8 @@ def test_metadata_names_the_env_and_carries_its_rules_and_schemas():
 
 
 def test_state_is_the_envs_own():
-    with TestClient(build_app("ERL-FrozenLake-v0", env_kwargs={"size": 3})) as client:
-        with client.websocket_connect("/ws") as ws:
+    with TestClient(build_app("ERL-FrozenLake-v0", env_kwargs={"size": 3}), base_url=LOCAL) as client:
+        with client.websocket_connect(LOCAL.replace("http", "ws") + "/ws") as ws:
             ws.send_json({"type": "reset", "data": {"seed": 1}})
             first = ws.receive_json()["data"]["observation"]["text"]
             ws.send_json({"type": "step", "data": {"text": "```Left```"}})
@@ -62,7 +64,7 @@ def test_state_is_the_envs_own():
 ])
 def test_mcp_tools_play_a_session(env_id, kwargs, tools):
     local = gym.make(env_id, **kwargs)
-    with TestClient(build_app(env_id, env_kwargs=kwargs)) as client:
+    with TestClient(build_app(env_id, env_kwargs=kwargs), base_url=LOCAL) as client:
         listed = _rpc(client, "tools/list", {})["tools"]
         assert sorted(t["name"] for t in listed) == tools
         session = _rpc(client, "openenv/session/create", {})["session_id"]
@@ -82,7 +84,8 @@ def test_mcp_tools_play_a_session(env_id, kwargs, tools):
 
 
 def test_reflection_adds_the_reflect_tool():
-    with TestClient(build_app("ERL-FrozenLake-v0", reflection=True, env_kwargs={"size": 3})) as client:
+    app = build_app("ERL-FrozenLake-v0", reflection=True, env_kwargs={"size": 3})
+    with TestClient(app, base_url=LOCAL) as client:
         names = [t["name"] for t in _rpc(client, "tools/list", {})["tools"]]
     assert "reflect" in names
 
@@ -100,7 +103,7 @@ def test_openenv_validate_accepts_the_packaging_folder():
 
 def test_the_packaged_app_reads_its_env_from_the_environment():
     code = ("import sys; sys.path.insert(0, 'deploy/openenv'); from fastapi.testclient import TestClient; "
-            "from server.app import app; c = TestClient(app); "
+            "from server.app import app; c = TestClient(app, base_url='http://127.0.0.1'); "
             "print(c.get('/metadata').json()['name'], c.get('/web').status_code)")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ERL_ENV": "ERL-Sokoban-v0", "ENABLE_WEB_INTERFACE": "true",
            "ERL_ENV_KWARGS": json.dumps({"max_steps": 6})}

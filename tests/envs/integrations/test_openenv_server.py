@@ -346,8 +346,8 @@ def test_connections_that_send_nothing_or_trickle_are_closed():
                 return received
 
         assert closed_within(b"") == b""  # half-open: never sends a byte
-        assert closed_within(b"POST /sessions HTTP/1.1\r\nHost: x\r\n") == b""  # headers never finished
-        answer = closed_within(b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert closed_within(b"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n") == b""  # headers never finished
+        answer = closed_within(b"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
         assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in answer
         http = requests.Session()  # an ordinary keep-alive client is unaffected
         assert http.get(server.url + "/health").status_code == 200

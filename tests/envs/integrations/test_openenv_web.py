@@ -16,6 +16,8 @@ pytest.importorskip("openenv.core", reason="erl-serve needs the [serve] extra (o
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+LOCAL = "http://127.0.0.1"  # TestClient's own host name, testserver, is not one the server answers to
+
 import erl_envs  # noqa: E402,F401
 from erl_envs.integrations.openenv_server import build_app  # noqa: E402
 from erl_envs.reflection import ReflectionWrapper  # noqa: E402
@@ -28,7 +30,7 @@ SMALL = {"size": 3}
 def test_web_api_plays_the_env_and_keeps_the_episode_record():
     app = build_app("ERL-FrozenLake-v0", reflection=True, env_kwargs=SMALL, web=True)
     local = ReflectionWrapper(gym.make("ERL-FrozenLake-v0", **SMALL))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         assert client.get("/web").headers["content-type"].startswith("text/html")
         sid = client.post("/web/api/sessions").json()["session_id"]
         view = client.post(f"/web/api/sessions/{sid}/reset", json={"seed": 1}).json()
@@ -51,13 +53,13 @@ def test_web_api_plays_the_env_and_keeps_the_episode_record():
 
 
 def test_web_interface_is_off_unless_asked():
-    with TestClient(build_app("ERL-FrozenLake-v0", env_kwargs=SMALL)) as client:
+    with TestClient(build_app("ERL-FrozenLake-v0", env_kwargs=SMALL), base_url=LOCAL) as client:
         assert client.get("/web").status_code == 404
 
 
 def test_an_env_without_a_picture_has_no_board():
     app = build_app("ERL-HotpotQA-v0", env_kwargs={"data": "synthetic"}, web=True)
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOCAL) as client:
         sid = client.post("/web/api/sessions").json()["session_id"]
         view = client.post(f"/web/api/sessions/{sid}/reset", json={"seed": 0}).json()
         assert not view["has_board"] and view["moves"] == {} and view["text"].startswith("Question:")

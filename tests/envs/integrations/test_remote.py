@@ -131,5 +131,5 @@ def test_erl_train_against_a_refusing_server_ends_with_one_line(tmp_path, capsys
                        "--n-rlvr", "2", "--tasks-per-step", "1", "--steps", "1", "--output", str(tmp_path / "run"),
                        "--no-progress", "--device", "cpu"])
     err = capsys.readouterr().err
-    assert status == 2 and err.startswith("erl-train: error: erl-serve answered 503: too many sessions")
+    assert status == 2 and err.startswith(f"erl-train: error: erl-serve at {server.url} answered 503: too many sessions")
     assert err.count("\n") == 1
