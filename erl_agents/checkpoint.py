@@ -313,8 +313,8 @@ def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, A
     if not isinstance(state, dict) or "step" not in state:
         raise CorruptCheckpointError(f"checkpoint {path} does not hold a training state (no 'step' entry)")
     if manifest is not None and state["step"] != manifest["step"]:
-        raise CorruptCheckpointError(f"checkpoint {path} holds step {state['step']}, its manifest says "
-                                     f"{manifest['step']}")
+        raise CorruptCheckpointError(f"checkpoint {path} holds step {state['step']!r} (a "
+                                     f"{type(state['step']).__name__}), its manifest says {manifest['step']!r}")
     return state
 
 

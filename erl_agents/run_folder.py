@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import warnings
 from pathlib import Path
 from typing import IO, Any, Callable, Sequence
@@ -189,33 +190,67 @@ class RunLock:
 
     ``flock`` on ``FOLDER/.lock``: the kernel releases it when the process ends however it ends (kill -9 included),
     so a lock file left behind by a dead process never blocks the next run. The file holds the owner's pid, for the
-    error message a second run gets.
+    error message a second run gets, and is removed when the run ends (``release``). It is opened with
+    ``O_NOFOLLOW``: a ``.lock`` that is a symbolic link (planted in a folder received from elsewhere) is refused by
+    name, never followed, so the file it points to is never truncated. A run that takes the lock checks that the
+    file it locked is still the one at ``.lock`` (the previous run may have removed it meanwhile), so two runs never
+    hold locks on two different files.
     """
 
     def __init__(self, folder: str | os.PathLike):
         import fcntl
 
         self.path = Path(folder) / ".lock"
-        try:
-            self._file = open(self.path, "a+")
-        except OSError as exc:
-            raise RunFolderError(f"cannot create {self.path}: {failure_reason(exc, Path(folder))}") from exc
-        try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._file.seek(0)
-            owner = self._file.read().strip() or "unknown"
-            self._file.close()
-            raise RunFolderLockedError(f"{Path(folder)} is in use by another run (pid {owner}); wait for it to "
-                                       "finish or choose another --output") from None
+        while True:
+            self._file = self._open(Path(folder))
+            try:
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self._file.seek(0)
+                owner = self._file.read(64).strip() or "unknown"
+                self._file.close()
+                raise RunFolderLockedError(f"{Path(folder)} is in use by another run (pid {owner}); wait for it to "
+                                           "finish or choose another --output") from None
+            if self._is_current():
+                break
+            self._file.close()  # the run that held it removed it before we locked it: lock the one there now
         self._file.seek(0)
         self._file.truncate()
         self._file.write(f"{os.getpid()}\n")
         self._file.flush()
 
+    def _open(self, folder: Path) -> IO[str]:
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path, flags | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or self.path.is_symlink():
+                raise RunFolderError(f"{self.path} is a symbolic link; a run's lock file is never followed (it "
+                                     "could overwrite the file it points to): remove it and start again") from None
+            raise RunFolderError(f"cannot create {self.path}: {failure_reason(exc, folder)}") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise RunFolderError(f"{self.path} is not a regular file; remove it and start again")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "r+")
+
+    def _is_current(self) -> bool:
+        try:
+            at_path = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(self._file.fileno())
+        return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
     def release(self) -> None:
+        """Remove the lock file, then release the lock (closing the descriptor releases the flock)."""
         if not self._file.closed:
-            self._file.close()  # closing the descriptor releases the flock
+            if self._is_current():
+                try:
+                    self.path.unlink()
+                except OSError:
+                    pass  # a read-only folder keeps the file; the lock itself is released below all the same
+            self._file.close()
 
 
 class RunWriter:
@@ -243,8 +278,9 @@ class RunWriter:
     def append_metrics(self, row: dict) -> None:
         if self.enabled:
             path = self.folder / "metrics.jsonl"
-            try:
-                with open(path, "a") as f:
+            try:  # appended in place, so never through a symbolic link planted in the folder
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                with os.fdopen(fd, "a") as f:
                     f.write(json.dumps(row, allow_nan=False) + "\n")
             except OSError as exc:
                 raise RunFolderError(f"cannot write {path}: {failure_reason(exc, self.folder)}") from exc
