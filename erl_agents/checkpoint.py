@@ -14,6 +14,12 @@ as JSON (``encode_state``): dicts, lists, strings, numbers, booleans and null, w
 types a training state holds (tuples, dicts with non-string keys, numeric numpy arrays, non-finite floats, tensor
 references). Decoding builds only those types. Checkpoints of older erl-gym versions (``step_XXXXXX.pt``, a pickle,
 which can run any code when loaded) are refused by name, never opened.
+
+A sharded run (``--sharding fsdp``) writes a folder instead, ``step_XXXXXX/``: ``shards/`` holds one safetensors file
+per rank, written by ``torch.distributed.checkpoint`` (its JSON header says where the rank's pieces sit in the
+whole tensors, so any number of ranks can read them back), and ``state.safetensors`` the rest of the state as
+above. Its manifest ``step_XXXXXX.json`` lists every file with its size and sha256 and is written last, once all
+ranks have written; a file it does not list (in ``shards/`` every file would be read) makes the checkpoint corrupt.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import math
 import os
 import random
 import re
+import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -41,6 +48,7 @@ __all__ = [
     "encode_state",
     "decode_state",
     "save_checkpoint",
+    "save_sharded_checkpoint",
     "list_checkpoints",
     "latest_checkpoint",
     "verify_checkpoint",
@@ -52,7 +60,11 @@ SUFFIX = ".safetensors"
 _NAME = re.compile(r"^step_(\d+)\.(safetensors|pt)$")
 _STEP_FILE = re.compile(r"^step_(\d+)\.(safetensors|pt|json)$")
 _TEMP = re.compile(r"^\.step_\d+\.(safetensors|pt|json)\.tmp$")
+_DIR = re.compile(r"^step_(\d+)$")  # a sharded checkpoint's folder
+SHARDS = "shards"
+STATE_FILE = "state.safetensors"
 _MAX_MANIFEST_BYTES = 1 << 16
+_MAX_SHARDED_MANIFEST_BYTES = 1 << 22  # a line per file: room for thousands of ranks
 _STATE_KEY = "erl/state.json"  # the tensor holding the JSON part of a checkpoint
 _FORMAT = {"format": "erl-gym checkpoint", "version": "2"}
 # numpy arrays a checkpoint may hold (the legacy RNG's key): plain numbers only, never object arrays.
@@ -193,14 +205,32 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
 
     Leftover temporary files of a save that was killed are removed here.
     """
+    folder = Path(folder)
+    _prepare_folder(folder, step)
+    path = folder / f"step_{step:06d}{SUFFIX}"
+    _write_state_file(path, {"step": step, **payload})
+    sha256, size = file_digest(path)
+    record = {"step": step, "file": path.name, "bytes": size, "sha256": sha256}
+    write_atomically(_manifest_path(path), lambda f: f.write(json.dumps(record, indent=2).encode()))
+    _prune(folder, keep)
+    return path
+
+
+def _write_state_file(path: Path, value: dict[str, Any]) -> None:
+    """``value`` as one safetensors file: its tensors, and the rest as JSON in a byte tensor (atomically)."""
     from safetensors.torch import save_file
 
-    state, tensors = encode_state({"step": step, **payload})
+    state, tensors = encode_state(value)
     if _STATE_KEY in tensors:
         raise ValueError(f"{_STATE_KEY!r} is a reserved name in a checkpoint")
     text = json.dumps(state, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass")
     tensors[_STATE_KEY] = torch.frombuffer(bytearray(text), dtype=torch.uint8) if text else torch.zeros(0)
-    folder = Path(folder)
+    write_file_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=_FORMAT))
+
+
+def _prepare_folder(folder: Path, step: int) -> None:
+    """Create ``folder``, remove leftovers of a killed save, and whatever an earlier life of ``step`` left (a resumed
+    run saving it again): its manifest must not vouch for the new files."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -209,29 +239,59 @@ def save_checkpoint(folder: str | os.PathLike, step: int, payload: dict[str, Any
     for leftover in folder.iterdir():
         if _TEMP.match(leftover.name):
             leftover.unlink(missing_ok=True)
-    path = folder / f"step_{step:06d}{SUFFIX}"
-    manifest = _manifest_path(path)
-    # A manifest from an earlier life of this step (a resumed run saving it again) must not vouch for the new file.
-    manifest.unlink(missing_ok=True)
-    write_file_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=_FORMAT))
-    sha256, size = file_digest(path)
-    record = {"step": step, "file": path.name, "bytes": size, "sha256": sha256}
-    write_atomically(manifest, lambda f: f.write(json.dumps(record, indent=2).encode()))
-    if keep > 0:
-        steps = sorted({int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name))})
-        for stale in steps[:-keep]:
-            for suffix in (SUFFIX, ".pt", ".json"):
-                (folder / f"step_{stale:06d}{suffix}").unlink(missing_ok=True)
+    (folder / f"step_{step:06d}.json").unlink(missing_ok=True)
+    shutil.rmtree(folder / f"step_{step:06d}", ignore_errors=True)
+
+
+def _prune(folder: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints, files and folders alike (0: all)."""
+    if keep <= 0:
+        return
+    steps = sorted({int(m.group(1)) for p in folder.iterdir() if (m := _STEP_FILE.match(p.name) or _DIR.match(p.name))})
+    for stale in steps[:-keep]:
+        for suffix in (SUFFIX, ".pt", ".json"):
+            (folder / f"step_{stale:06d}{suffix}").unlink(missing_ok=True)
+        shutil.rmtree(folder / f"step_{stale:06d}", ignore_errors=True)
+
+
+def save_sharded_checkpoint(folder: str | os.PathLike, step: int, write_shards: Callable[[Path], dict[str, Any]],
+                            payload: dict[str, Any] | None, world, keep: int = 2) -> Path:
+    """Write the folder checkpoint ``folder/step_XXXXXX/``; every rank calls this (``world``: the ranks).
+
+    ``write_shards(shards_folder)`` runs on every rank and writes its shards (a collective); what it returns on rank
+    0 joins ``payload`` (rank 0's; None elsewhere) in ``state.safetensors``. The manifest goes last.
+    """
+    folder = Path(folder)
+    path = folder / f"step_{step:06d}"
+    if world.is_main:
+        _prepare_folder(folder, step)
+    world.barrier()
+    extra = write_shards(path / SHARDS)
+    if world.is_main:
+        _write_state_file(path / STATE_FILE, {"step": step, **(payload or {}), **extra})
+        files = {}
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            sha256, size = file_digest(file)
+            files[file.relative_to(path).as_posix()] = {"bytes": size, "sha256": sha256}
+        record = {"step": step, "folder": path.name, "files": files}
+        write_atomically(_manifest_path(path), lambda f: f.write(json.dumps(record, indent=1).encode()))
+        _prune(folder, keep)
+    world.barrier()
     return path
 
 
+def _step_of(path: Path) -> int:
+    return int((_NAME.match(path.name) or _DIR.match(path.name)).group(1))
+
+
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
-    """Every ``step_XXXXXX.safetensors`` in ``folder`` (and old ``.pt`` ones, which loading refuses), oldest first,
-    verified or not."""
+    """Every ``step_XXXXXX.safetensors`` and sharded ``step_XXXXXX/`` in ``folder`` (and old ``.pt`` ones, which
+    loading refuses), oldest first, verified or not."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: int(_NAME.match(p.name).group(1)))
+    found = [p for p in folder.iterdir() if _NAME.match(p.name) or (_DIR.match(p.name) and p.is_dir())]
+    return sorted(found, key=_step_of)
 
 
 def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
@@ -271,10 +331,48 @@ def _read_manifest(path: Path, manifest_path: Path) -> dict[str, Any]:
     return manifest
 
 
+def _verify_sharded(path: Path, manifest_path: Path) -> dict[str, Any]:
+    """A folder checkpoint against its manifest: the same files, each of the listed size and sha256."""
+    def bad(why: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"checkpoint {path}: {why}")
+
+    try:
+        manifest = loads_json(read_text_limited(manifest_path, _MAX_SHARDED_MANIFEST_BYTES, "manifest"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad(f"its manifest {manifest_path.name} is unreadable ({' '.join(str(exc).split())[:200]})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    step = manifest.get("step") if isinstance(manifest, dict) else None
+    if type(step) is not int or step != _step_of(path):
+        raise bad(f"its manifest {manifest_path.name} has step {step!r:.40}, expected {_step_of(path)}")
+    if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+        raise bad(f"its manifest {manifest_path.name} has no 'files' object")
+    present = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() or p.is_symlink()}
+    if present != set(files):
+        extra, missing = sorted(present - set(files)), sorted(set(files) - present)
+        raise bad(f"its files differ from its manifest (not listed: {extra[:3]}, missing: {missing[:3]})")
+    if STATE_FILE not in files:
+        raise bad(f"it has no {STATE_FILE}")
+    for name, record in files.items():
+        file = path / name
+        if file.is_symlink() or not file.is_file():
+            raise bad(f"{name} is not a regular file")
+        sha256, size = file_digest(file)
+        if size != record.get("bytes"):
+            raise bad(f"{name} is truncated or padded: {size} bytes, the manifest says {record.get('bytes')!r:.40}")
+        if sha256 != record.get("sha256"):
+            raise bad(f"{name} is corrupt: its sha256 does not match the manifest")
+    return manifest
+
+
 def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Check ``path`` against its manifest; returns the manifest or raises ``CorruptCheckpointError`` saying why."""
     path = Path(path)
     manifest_path = _manifest_path(path)
+    if path.is_dir() and _DIR.match(path.name):
+        if not manifest_path.is_file():
+            raise CorruptCheckpointError(f"checkpoint {path} has no manifest {manifest_path.name}: its save did not "
+                                         "finish")
+        return _verify_sharded(path, manifest_path)
     if not path.is_file():
         raise CorruptCheckpointError(f"checkpoint {path} does not exist")
     if not manifest_path.is_file():
@@ -291,17 +389,20 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
-    """Verify (unless ``verify=False``) and load one checkpoint onto the CPU; nothing in the file is executed."""
+    """Verify (unless ``verify=False``) and load one checkpoint onto the CPU; nothing in the file is executed. A
+    sharded checkpoint's state names its shards' folder under ``"shards"``."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
-    if path.suffix != SUFFIX:
+    sharded = path.is_dir() and _DIR.match(path.name) is not None
+    if path.suffix != SUFFIX and not sharded:
         raise CorruptCheckpointError(
             f"checkpoint {path} is in the old pickle format of earlier erl-gym checkpoints, which can run any code "
             f"when it is loaded, so it is never opened; resume from a {SUFFIX} checkpoint or start the run again")
     manifest = verify_checkpoint(path) if verify else None
+    file = path / STATE_FILE if sharded else path
     try:
-        with safe_open(str(path), framework="pt", device="cpu") as f:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
             tensors = {name: f.get_tensor(name) for name in f.keys()}
         raw = tensors.pop(_STATE_KEY, None)
         if raw is None or raw.dtype != torch.uint8 or raw.dim() != 1:
@@ -315,6 +416,8 @@ def load_checkpoint(path: str | os.PathLike, verify: bool = True) -> dict[str, A
     if manifest is not None and state["step"] != manifest["step"]:
         raise CorruptCheckpointError(f"checkpoint {path} holds step {state['step']!r} (a "
                                      f"{type(state['step']).__name__}), its manifest says {manifest['step']!r}")
+    if sharded:
+        state["shards"] = str(path / SHARDS)  # the weights and optimizer state: erl_agents.sharding reads them
     return state
 
 

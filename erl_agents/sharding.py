@@ -28,7 +28,7 @@ from erl_agents.distributed import World
 
 __all__ = ["SHARDINGS", "decoder_layers", "shard_model", "is_sharded", "root_call", "compute_device", "gathered",
            "gathered_weights", "full_state_dict", "clip_gradients", "sharded_grad_scaler", "local_numel",
-           "weights_finite"]
+           "weights_finite", "save_sharded_state", "load_sharded_state"]
 
 SHARDINGS = ("ddp", "fsdp")
 # The root's forward method of ours (see root_call) and the device it computes on (its shards may be on the CPU).
@@ -248,3 +248,61 @@ def sharded_grad_scaler(device: torch.device):
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     return ShardedGradScaler(device.type, growth_interval=400)
+
+
+# --- sharded checkpoints (torch.distributed.checkpoint) ---
+
+_MODEL = "model/"
+_OPTIMIZER = "optimizer/"
+
+
+def _state_tensors(model: nn.Module, optimizer: torch.optim.Optimizer, trainable_only: bool):
+    """The model's and optimizer's state as one flat ``{name: tensor}`` (sharded tensors stay sharded), with the two
+    nested state dicts those tensors belong to. Names are the models' own: the same for any number of ranks."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    tensors, seen = {}, set()
+    for name, t in model_state.items():
+        memory = (_local(t).data_ptr(), tuple(t.shape), t.dtype)
+        if (trainable_only and name not in trainable) or (_local(t).numel() and memory in seen):
+            continue  # a tied weight (the output head) is stored once, under its first name, and loads into both
+        seen.add(memory)
+        tensors[_MODEL + name] = t
+    for name, entries in optimizer_state["state"].items():
+        for key, value in entries.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"the optimizer's state {key!r} of {name} is a {type(value).__name__}, not a tensor")
+            tensors[f"{_OPTIMIZER}{name}/{key}"] = value
+    return tensors, model_state, optimizer_state
+
+
+def save_sharded_state(folder, model: nn.Module, optimizer: torch.optim.Optimizer,
+                       trainable_only: bool = False) -> list[dict]:
+    """Every rank writes its shards of the weights (the trained ones with ``trainable_only``) and of the
+    optimizer's state into ``folder``, one safetensors file per rank whose header says where its pieces sit in the
+    whole tensors; returns the optimizer's param groups (plain data, for the checkpoint's JSON part)."""
+    import torch.distributed.checkpoint as dcp
+
+    tensors, _, optimizer_state = _state_tensors(model, optimizer, trainable_only)
+    dcp.save(tensors, storage_writer=dcp.HuggingFaceStorageWriter(str(folder), save_distributed=True))
+    return optimizer_state["param_groups"]
+
+
+def load_sharded_state(folder, model: nn.Module, optimizer: torch.optim.Optimizer, param_groups: list[dict],
+                       trainable_only: bool = False) -> None:
+    """Load what ``save_sharded_state`` wrote, for any number of ranks and either sharding: each rank reads the
+    parts of the files that its own shards (or whole tensors) cover. The files are read as safetensors and their
+    JSON headers: nothing in them is executed."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    tensors, model_state, optimizer_state = _state_tensors(model, optimizer, trainable_only)
+    try:
+        dcp.load(tensors, storage_reader=dcp.HuggingFaceStorageReader(str(folder)))
+    except (dcp.CheckpointException, RuntimeError, KeyError, ValueError, AssertionError) as exc:
+        raise ValueError(f"the sharded checkpoint in {folder} does not fit this run's model and optimizer "
+                         f"({' '.join(str(exc).split())[:300]})") from exc
+    optimizer_state["param_groups"] = param_groups
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optimizer_state)
