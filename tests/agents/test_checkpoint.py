@@ -203,3 +203,14 @@ def test_a_checkpoint_holds_only_tensors_and_plain_data(tmp_path):
     assert generator.random() == np.random.default_rng(5).random()
     with pytest.raises(TypeError, match="cannot hold a RunsCodeWhenUnpickled"):
         ckpt.save_checkpoint(tmp_path, 4, {"x": RunsCodeWhenUnpickled(tmp_path / "m")})
+
+
+def test_a_step_of_another_type_is_named_with_its_type(tmp_path):
+    """A state whose step is the text "4" beside a manifest saying 4: the message shows the two differ."""
+    path = tmp_path / "step_000004.safetensors"
+    ckpt._write_state_file(path, {"step": "4", **_payload(4)})
+    sha256, size = ckpt.file_digest(path)
+    (tmp_path / "step_000004.json").write_text(json.dumps({"step": 4, "file": path.name, "bytes": size,
+                                                           "sha256": sha256}))
+    with pytest.raises(ckpt.CorruptCheckpointError, match=r"holds step '4' \(a str\), its manifest says 4$"):
+        ckpt.load_checkpoint(path)

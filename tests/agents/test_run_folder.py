@@ -16,7 +16,8 @@ import torch
 import text_bandit  # noqa: F401  (registers TextBandit-v0)
 from crafted import evil_pickle, plant
 from erl_agents import checkpoint as ckpt
-from erl_agents.run_folder import RunFolderError, RunLock, folder_problem, save_folder, write_atomically
+from erl_agents.run_folder import (RunFolderError, RunFolderLockedError, RunLock, folder_problem, save_folder,
+                                   write_atomically)
 from erl_agents.train import main
 from paths import ROOT
 
@@ -224,6 +225,38 @@ def test_a_lock_left_by_a_killed_process_never_blocks(tmp_path, capsys):
     assert (run / ".lock").read_text().strip() == str(holder.pid)
     assert _main(capsys, "--output", str(run))[0] == 0
     RunLock(run).release()  # and the finished run released it
+
+
+def test_a_symlinked_lock_leaves_its_target_untouched(tmp_path, capsys):
+    """A ``.lock`` planted as a symbolic link (a run folder received from elsewhere) is refused by name, for a new
+    run and for ``--resume``; the file it points to keeps its bytes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / ".lock").symlink_to(victim)
+    status, err = _main(capsys, "--output", str(fresh))
+    assert status == 2 and "is a symbolic link" in _one_error_line(err)
+    assert victim.read_text() == "precious\n"
+    received = tmp_path / "received"
+    assert _main(capsys, "--output", str(received))[0] == 0
+    assert not (received / ".lock").exists()  # removed at the clean end of the run
+    (received / ".lock").symlink_to(victim)
+    status, err = _main(capsys, "--output", str(received), "--resume", "--steps", "3")
+    assert status == 2 and "is a symbolic link" in _one_error_line(err)
+    assert victim.read_text() == "precious\n" and (received / ".lock").is_symlink()
+
+
+def test_a_released_lock_is_removed_and_the_next_run_locks_a_file_of_its_own(tmp_path):
+    first = RunLock(tmp_path)
+    assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+    first.release()
+    assert not (tmp_path / ".lock").exists()
+    second = RunLock(tmp_path)  # a new file at .lock, locked: a third run is refused on it
+    with pytest.raises(RunFolderLockedError, match=f"pid {os.getpid()}"):
+        RunLock(tmp_path)
+    second.release()
+    assert not (tmp_path / ".lock").exists()
 
 
 # --- 6. user errors are one line (tracebacks with --debug) --------------------------------------------------------
