@@ -54,11 +54,13 @@ class TrainConfig:
     no_memory: bool = False  # ablation: reflections are used for their episode but never stored
     no_reflection: bool = False  # ablation: the retry sees the raw trace and a generic note, no reflection
     reflection_instructions: str = ""  # the policy's reflect-phase system prompt; "" = erl_envs.reflection.prompts' for the env
+    prompts: str = ""  # YAML/JSON file of prompt templates (erl_envs/data/prompts.yaml's names): the envs' wording
     gate_threshold: float = 1.0  # a first attempt with r1 below this is reflected on and retried (tau)
     memory_threshold: float = 1.0  # a reflection is stored when its retry scores r2 >= this
     memory: str = "single"  # single: one slot for the run (the paper's text); pool: memory_slots slots (its code)
     memory_slots: int = 1024  # slots of the pool memory; each episode takes the next slot in turn (paper code: 1,024)
     memory_rule: str = "project"  # <prompt> block, reminder and memory writes: project, or paper (the reference's)
+    trace_rule: str = "paper"  # paper prompt set: an unreadable reply and the end as the reference's trace, or project
     distill: str = "imitation"  # consolidation: imitation (retry re-scored under the initial prompt) or reverse_kl
     distill_coef: float = 1.0  # weight of the reverse_kl consolidation term
     rows: str = "erl"  # erl: rows as the paper describes them; paper: the reference code's batch (docs/fidelity.md)
@@ -222,6 +224,7 @@ RULES: dict[str, Rule] = {
     "overwrite": _FREE_FLAG,
     "max_sampled_tokens": _off_or_more(10**15, resume="free"),
     "reflection_instructions": Rule(str),
+    "prompts": Rule(str),
     "allow_eval_overlap": _FREE_FLAG,
     "resume_changes": Rule(str, "empty, 'all' or comma-separated field names",
                            lambda v: all(name.strip() in RULES or name.strip() == "all" for name in v.split(",") if
@@ -242,6 +245,7 @@ RULES: dict[str, Rule] = {
     "memory": _one_of("single", "pool"),
     "memory_slots": _at_least(1, MAX_MEMORY_SLOTS),
     "memory_rule": _one_of("project", "paper"),
+    "trace_rule": _one_of("paper", "project"),
     "no_reflection": _FLAG,
     "gate_threshold": _ANY_REAL,
     "memory_threshold": _ANY_REAL,
