@@ -198,8 +198,8 @@ def _step0_lines(data: Path, names: list[str]) -> list[str]:
     for name in names:
         config, rows, _ = _read(data / name)
         start = next(((k, n) for step, k, n in _evals(rows) if step == 0), None)
-        group = config["n_rlvr"] if config["algo"] == "rlvr" else config["n_erl"]
-        if start is not None:
+        group = config.get("n_rlvr" if config["algo"] == "rlvr" else "n_erl")
+        if start is not None and group and config.get("tasks_per_step"):
             found.append((config["algo"], start, config["tasks_per_step"] * group))
     if len(found) < 2 or len({f[1] for f in found}) == 1:
         return []
