@@ -27,7 +27,7 @@ from erl_agents import checkpoint as ckpt
 from erl_agents.accelerator import (autocast, grad_scaler, peak_memory_gb, reset_peak_memory, resolve_device,
                                     resolve_precision)
 from erl_agents.batch import assign_advantages, distillation_prompt, reflection_repeats, training_rows
-from erl_agents.config import TrainConfig, config_to_dict
+from erl_agents.config import TrainConfig, config_to_dict, preset_warnings
 from erl_agents.distributed import World, place_pool_episodes, shard_bounds, sync_memory
 from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_tasks
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
@@ -69,6 +69,7 @@ class Trainer:
         # One run per folder: a second one would interleave metrics and race on checkpoint names.
         self._lock = RunLock(config.output) if self.writer.enabled else None
         self.trackers = Trackers()  # --report-to: copies of each metrics row (opened once the run is built)
+        self._replaced_prompts: dict | None = None  # --prompts: the wording the file replaced, put back by close()
         try:
             self._build(config)
         except BaseException:
@@ -88,6 +89,12 @@ class Trainer:
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
+        if config.prompts:  # the file's wording, before any env (or the tiny tokenizer) reads the prompt modules
+            from erl_envs.reflection.prompt_templates import apply_templates, load_templates
+
+            self._replaced_prompts = apply_templates(load_templates(config.prompts))
+        for line in preset_warnings(config):
+            warnings.warn(line, RuntimeWarning, stacklevel=3)
 
         # A resume is checked before anything is built: a refused one costs nothing.
         resume_state = self._latest_state() if config.resume else None
@@ -190,6 +197,7 @@ class Trainer:
     def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
         from erl_envs.reflection.memory import PoolMemory, ReflectionMemory, memory_from_dict
         from erl_envs.reflection import ReflectionWrapper
+        from erl_envs.reflection.wrapper import reflection_char_limit
 
         cfg = self.config
         saved = resume_state.get("memory") if resume_state is not None else None
@@ -212,7 +220,9 @@ class Trainer:
                                   memory_threshold=cfg.memory_threshold, reflector=reflector,
                                   no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
                                   reflection_instructions=cfg.reflection_instructions or None,
-                                  memory_rule=cfg.memory_rule)
+                                  memory_rule=cfg.memory_rule, trace_rule=cfg.trace_rule,
+                                  # the whole of every reflection the policy can write is read, as the reference does
+                                  max_reflection_chars=reflection_char_limit(cfg.reflect_max_new_tokens))
                 for env, memory in zip(self.envs, memories)]
 
     def _load_policy(self, reference: bool = False) -> Policy:
@@ -307,8 +317,14 @@ class Trainer:
             self.close()
 
     def close(self) -> None:
-        """Release the run folder for the next run (``train`` does this itself)."""
+        """Release the run folder for the next run (``train`` does this itself), and put back the prompt wording a
+        ``prompts`` file replaced."""
         self.trackers.close()
+        if self._replaced_prompts is not None:
+            from erl_envs.reflection.prompt_templates import apply_templates
+
+            apply_templates(self._replaced_prompts)
+            self._replaced_prompts = None
         if self._lock is not None:
             self._lock.release()
 

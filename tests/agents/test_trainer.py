@@ -236,3 +236,34 @@ def test_epochs_play_each_training_task_once_per_epoch(tmp_path, monkeypatch):
     assert played == steps[0]
     with pytest.raises(ValueError, match="steps at least 1, or steps 0 with epochs"):
         _run_config(tmp_path, "none", steps=0)
+
+
+def test_the_trainer_applies_a_prompts_file_reads_whole_reflections_and_warns_without_the_paper_layouts(tmp_path):
+    """--prompts FILE reaches every env the run builds and is put back by close(); the reflection's char limit follows
+    the reflection token budget (10,240 tokens in the paper preset); the paper preset says at start-up when it trains
+    Sokoban on generated levels because the paper's layouts were not found."""
+    import gymnasium as gym
+
+    from erl_agents.config import preset_warnings
+    from erl_envs.grid import prompts as grid_prompts
+
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text("grid:\n  paper:\n    reminder:\n      Sokoban: Push boxes into free cells only.\n")
+    config = build_config(flags=dict(
+        preset="paper-qwen3-4b", env="ERL-Sokoban-v0", env_kwargs={"prompts": "paper"}, prompts=str(prompts),
+        model="tiny", device="cpu", dtype="float32", steps=1, tasks_per_step=2, max_new_tokens=16,
+        response_budget=96, max_seq_len=6144, gradient_checkpointing=False, eval_every=0, checkpoint_every=0,
+        progress=False, save_final_model=False, output=str(tmp_path / "run"), tiny_hidden=32, tiny_layers=1,
+        tiny_heads=2, tiny_intermediate=64))
+    with pytest.warns(RuntimeWarning, match="trains Sokoban on generated levels .* sokoban_train.parquet was not found"):
+        trainer = Trainer(config)
+    try:
+        assert {(env.max_reflection_chars, env.trace_rule) for env in trainer.train_envs} == {(327_680, "paper")}
+        assert all(env.unwrapped.instructions.endswith("\n\nPush boxes into free cells only.")
+                   for env in trainer.train_envs)
+    finally:
+        trainer.close()
+    assert gym.make("ERL-Sokoban-v0", prompts="paper").unwrapped.instructions.endswith(
+        grid_prompts.PAPER_SET["reminder"]["Sokoban"])
+    assert preset_warnings(build_config(flags=dict(config.__dict__, env_kwargs={"levels": "train.parquet"}))) == []
+    assert preset_warnings(build_config(flags=dict(config.__dict__, preset="cpu-tiny"))) == []
