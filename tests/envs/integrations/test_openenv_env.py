@@ -111,3 +111,15 @@ def test_the_packaged_app_reads_its_env_from_the_environment():
                             timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["ERL-Sokoban-v0", "200"]
+
+
+def test_the_mcp_answer_tool_only_ever_answers():
+    """As TRL's answer tool: tool-call syntax inside the answer never runs a search; the attempt ends."""
+    kwargs = {"data": "synthetic", "num_questions": 5}
+    with TestClient(build_app("ERL-HotpotQA-v0", env_kwargs=kwargs), base_url=LOCAL) as client:
+        for request_id, text in enumerate(["<search>foo</search>", '{"name": "search", "arguments": {"query": "x"}}',
+                                           "Paris} \\boxed{London"]):
+            session = _rpc(client, "openenv/session/create", {}, request_id)["session_id"]
+            _rpc(client, "tools/call", {"name": "start_episode", "arguments": {"seed": 0}, "session_id": session})
+            got = _rpc(client, "tools/call", {"name": "answer", "arguments": {"text": text}, "session_id": session})
+            assert "Search results" not in got and "episode over]" in got, (text, got)

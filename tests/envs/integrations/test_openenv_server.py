@@ -3,6 +3,7 @@ SIGTERM), and in this process (fast: bounds on requests and connections, isolati
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -397,3 +398,176 @@ def test_a_reply_with_lone_surrogates_never_breaks_an_answer():
             if phases[-1] == "reflect":
                 break
         assert phases[-1] == "reflect"
+
+
+# --- host names, what /info tells, start-up checks, the OpenEnv image's app ---------------------------------------
+
+
+def test_a_rebound_host_name_gets_no_session_over_http_or_websocket():
+    """DNS rebinding: a page of evil.example points its name at 127.0.0.1, and the browser sends Host and Origin
+    evil.example. Both are refused before any route runs; names the server was given, and addresses, are served."""
+    from websockets.sync.client import connect
+
+    with InProcessServer(build_app("Test-Work-v0", allowed_hosts=("envs.example",))) as server:
+        url, port = server.url, server.port
+        rebound = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        for response in (requests.post(url + "/sessions", headers=rebound), requests.get(url + "/info", headers=rebound),
+                         requests.post(url + "/sessions", headers={"Host": f"evil.example:{port}"})):
+            assert response.status_code == 403 and "--allowed-hosts evil.example" in response.json()["error"]
+        assert requests.get(url + "/sessions").json()["active"] == 0
+        assert _handshake(port, f"evil.example:{port}", f"http://evil.example:{port}").startswith(b"HTTP/1.1 403")
+        assert _handshake(port, f"evil.example:{port}").startswith(b"HTTP/1.1 403")
+        assert _handshake(port, f"localhost:{port}", f"http://localhost:{port}").startswith(b"HTTP/1.1 101")
+        for host in (f"localhost:{port}", f"LOCALHOST.:{port}", f"[::1]:{port}", f"10.1.2.3:{port}",
+                     f"envs.example:{port}"):
+            assert requests.post(url + "/sessions", headers={"Host": host, "Origin": f"http://{host}"}).ok, host
+        with connect(url.replace("http", "ws") + "/ws", open_timeout=10) as ws:  # 127.0.0.1: plays
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=10))["data"]["observation"]["text"] == "ready"
+
+
+def _handshake(port: int, host: str, origin: str | None = None) -> bytes:
+    """The status line of a WebSocket handshake on /ws sent with exactly this Host (and Origin), as a browser
+    sends it after DNS rebinding."""
+    lines = [b"GET /ws HTTP/1.1", b"Host: " + host.encode(), b"Upgrade: websocket", b"Connection: Upgrade",
+             b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", b"Sec-WebSocket-Version: 13"]
+    if origin is not None:
+        lines.append(b"Origin: " + origin.encode())
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"\r\n".join(lines) + b"\r\n\r\n")
+        received = b""
+        while b"\r\n" not in received and (chunk := sock.recv(4096)):
+            received += chunk
+    return received.split(b"\r\n", 1)[0]
+
+
+def test_info_tells_a_client_what_it_needs_and_not_how_the_env_was_built(tmp_path):
+    levels = tmp_path / "secret-levels.txt"
+    levels.write_text("; one\n######\n#@$ .#\n######\n")
+    with InProcessServer(build_app("ERL-Sokoban-v0", env_kwargs={"levels": str(levels)})) as server:
+        info = requests.get(server.url + "/info")
+        assert info.ok and "secret-levels" not in info.text and "env_kwargs" not in info.json()
+        assert {"env_id", "instructions", "prompt_style", "observation_space", "action_space"} <= set(info.json())
+        remote = RemoteEnv(server.url)  # all a client needs
+        assert remote.reset(seed=0)[0]
+        remote.close()
+        for page in ("/docs", "/redoc"):  # FastAPI's pages load a script from a CDN: not served
+            assert requests.get(server.url + page).status_code == 404
+        assert requests.get(server.url + "/openapi.json").ok
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--max-body-bytes", "0"], "max_body_bytes (--max-body-bytes) must be a whole number >= 1, got 0"),
+    (["--max-body-bytes", "-5"], "got -5"),
+    (["--request-timeout", "0"], "request_timeout_s (--request-timeout) must be a positive number of seconds"),
+    (["--request-timeout", "nan"], "got nan"),
+    (["--session-ttl", "inf"], "session_ttl_s (--session-ttl)"),
+    (["--port", "99999"], "the port (--port) must be a whole number from 1 to 65535, got 99999"),
+    (["--port", "0"], "got 0"),
+])
+def test_bad_limits_and_ports_stop_the_start_in_one_line(flags, words):
+    from erl_envs.integrations.openenv_server import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--env", "Test-Work-v0", *flags])
+    message = str(stopped.value.code)
+    assert message.startswith("erl-serve: ") and words in message and "\n" not in message
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        build_app("Test-Work-v0", max_body_bytes=0)  # the OpenEnv image's path too: at start-up, not per request
+
+
+def test_a_bad_port_is_one_line_from_the_command():
+    result = subprocess.run([sys.executable, "-m", "erl_envs.integrations.openenv_server", "--env",
+                             "ERL-FrozenLake-v0", "--port", "99999"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    assert result.stderr.startswith("erl-serve: the port (--port) must be")
+
+
+def _slow_header_connections_closed(port: int, count: int, within_s: float) -> int:
+    """Open ``count`` connections that send a request line and trickle header bytes; how many the server closed
+    within ``within_s``."""
+    import selectors
+
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(b"POST /sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        sock.setblocking(False)
+        sockets.append(sock)
+    selector = selectors.DefaultSelector()
+    for sock in sockets:
+        selector.register(sock, selectors.EVENT_READ)
+    closed: set = set()
+    deadline = time.monotonic() + within_s
+    try:
+        while len(closed) < count and time.monotonic() < deadline:
+            for sock in sockets:
+                if sock not in closed:
+                    try:
+                        sock.send(b"a")  # one header byte at a time: never a complete request
+                    except OSError:
+                        closed.add(sock)
+            for key, _ in selector.select(timeout=0.5):
+                try:
+                    if not key.fileobj.recv(4096):
+                        closed.add(key.fileobj)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed.add(key.fileobj)
+                if key.fileobj in closed:
+                    selector.unregister(key.fileobj)
+    finally:
+        for sock in sockets:
+            sock.close()
+    return len(closed)
+
+
+def test_the_openenv_image_app_keeps_erl_serves_limits():
+    """deploy/openenv/server/app.py started as the image starts it (``python -m server.app``): 300 connections that
+    trickle their headers are all closed after the request timeout, a 15 MB WebSocket message is refused (the
+    connection closed with 1009, message too big), a rebound host name is refused, and there is no web page."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from paths import ROOT
+    from served import START_TIMEOUT_S, free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PORT": str(port), "ERL_ENV": "ERL-FrozenLake-v0",
+           "ERL_REQUEST_TIMEOUT": "2"}
+    env.pop("ENABLE_WEB_INTERFACE", None)
+    env.pop("ERL_HOST", None)
+    process = subprocess.Popen([sys.executable, "-m", "server.app"], cwd=ROOT / "deploy" / "openenv", env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+            try:
+                if requests.get(url + "/health", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.25)
+        started = time.monotonic()
+        assert _slow_header_connections_closed(port, 300, within_s=20.0) == 300
+        assert time.monotonic() - started < 20.0
+        assert requests.get(url + "/health").ok  # the server is still there for everyone else
+        with connect(url.replace("http", "ws") + "/ws", open_timeout=30, max_size=None) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.send("x" * (15 << 20))
+                ws.recv(timeout=30)  # an accepted message would be answered (an error line), not closed
+            assert closed.value.rcvd is None or closed.value.rcvd.code == 1009
+        with connect(url.replace("http", "ws") + "/ws", open_timeout=30) as ws:  # a normal session still plays
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            assert json.loads(ws.recv(timeout=30))["data"]["observation"]["text"]
+        assert requests.post(url + "/sessions", headers={"Host": f"evil.example:{port}"}).status_code == 403
+        assert requests.get(url + "/web").status_code == 404  # the web page is off unless asked for
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -9,6 +9,7 @@ import inspect
 import os
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -275,3 +276,17 @@ def test_a_refused_reset_leaves_the_trl_env_usable():
     # Without a system message in the row the tool's instructions come first; the grid is seed 2's.
     assert env.reset(seed=2).endswith(gym.make("ERL-FrozenLake-v0", **SMALL).reset(seed=2)[0])
     assert isinstance(env.move("Up"), str)
+
+
+def test_a_seed_that_is_not_a_non_negative_int_is_refused():
+    """``reset(seed="7")`` or ``seed=1.5`` would play some other task: refused in one line, as the class's seed is;
+    a NumPy integer (what a dataset column may hold) is a seed."""
+    Env = make_trl_environment("ERL-FrozenLake-v0", **SMALL)
+    env = Env()
+    for seed in ("7", 1.5, -1, True, [7]):
+        with pytest.raises(ValueError, match="seed must be a non-negative int or None"):
+            env.reset(seed=seed)
+    for seed in ("7", 1.5):
+        with pytest.raises(ValueError, match="seed must be a non-negative int or None"):
+            make_trl_environment("ERL-FrozenLake-v0", seed=seed, **SMALL)
+    assert env.reset(seed=np.int64(7)) == env.reset(seed=7)
