@@ -116,3 +116,48 @@ def test_the_page_in_headless_chromium_plays_a_move(tmp_path):
     keep = os.environ.get("ERL_WEB_SCREENSHOT")
     if keep:
         shutil.copy(shot, Path(keep))
+
+
+def test_a_busy_tab_answers_409_at_once():
+    """A tab's calls run one at a time; a call that arrives while the tab's previous one still runs is refused at
+    once (409), never queued behind it, and another tab is served meanwhile."""
+    import threading
+    import time
+
+    import requests
+
+    from served import InProcessServer
+
+    with InProcessServer(build_app("Test-Work-v0", web=True)) as server:
+        api = server.url + "/web/api/sessions"
+        busy, other = (requests.post(api).json()["session_id"] for _ in range(2))
+        for sid in (busy, other):
+            assert requests.post(f"{api}/{sid}/reset", json={"seed": 0}).ok
+        slow = threading.Thread(target=requests.post, args=(f"{api}/{busy}/step",), kwargs={"json": {"text": "work 3"}})
+        slow.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        refused = [requests.post(f"{api}/{busy}/step", json={"text": "x"}) for _ in range(5)]
+        assert all(r.status_code == 409 and "busy" in r.json()["error"] for r in refused)
+        assert requests.post(f"{api}/{other}/step", json={"text": "y"}).json()["text"] == "echo y"
+        assert time.monotonic() - started < 2.0  # answered while the busy tab still works
+        slow.join()
+        assert requests.post(f"{api}/{busy}/step", json={"text": "z"}).json()["text"] == "echo z"
+
+
+def test_the_page_allows_only_its_own_script_and_cannot_be_framed():
+    import base64
+    import hashlib
+    import re
+
+    with TestClient(build_app("ERL-FrozenLake-v0", env_kwargs=SMALL, web=True), base_url=LOCAL) as client:
+        page = client.get("/web")
+    policy = page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY" and "frame-ancestors 'none'" in policy
+    assert "default-src 'none'" in policy and "unsafe-inline" not in policy and "http" not in policy
+    for tag in ("script", "style"):
+        (block,) = re.findall(rf"<{tag}>(.*?)</{tag}>", page.text, flags=re.S)
+        digest = base64.b64encode(hashlib.sha256(block.encode()).digest()).decode()
+        assert f"{tag}-src 'sha256-{digest}'" in policy
+    markup = re.sub(r"<script>.*?</script>", "", page.text, flags=re.S)
+    assert not re.search(r"\sstyle=|\son[a-z]+=", markup)  # no inline style or handler the policy would block
