@@ -509,17 +509,6 @@ def _paper_sokoban_training() -> dict[str, Any]:
     return dict(eval_set="paper", env_kwargs={"prompts": "paper", **levels})
 
 
-def preset_warnings(config: TrainConfig) -> list[str]:
-    """What the run's preset could not give it, one line each (the trainer warns at start-up): the paper preset
-    trains Sokoban on the paper's 10,000 layouts only when their file was found."""
-    sokoban = config.env.startswith("ERL-Sokoban")
-    if config.preset == "paper-qwen3-4b" and sokoban and not config.env_kwargs.get("levels"):
-        return ["the paper-qwen3-4b preset trains Sokoban on generated levels (a level per task seed, the paper's room "
-                "sizes), not on the paper's 10,000 train layouts: sokoban_train.parquet was not found (set "
-                "ERL_PAPER_TASKS to the folder that holds it, or pass env_kwargs levels=FILE)"]
-    return []
-
-
 # Per-env adjustments of a preset, applied right after it.
 ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # The paper preset plays the grid games with the paper's prompt set (the envs' default action format is already

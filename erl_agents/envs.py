@@ -10,7 +10,8 @@ import numpy as np
 
 from erl_agents.evaluate import EVAL_SEED_BASE, Task
 
-__all__ = ["make_env", "training_tasks", "epoch_steps", "epoch_batch", "prompt_constants", "tiny_corpus"]
+__all__ = ["make_env", "training_tasks", "training_data_warnings", "epoch_steps", "epoch_batch", "prompt_constants",
+           "tiny_corpus"]
 
 
 def make_env(env_id: str, env_kwargs: dict) -> gym.Env:
@@ -77,6 +78,16 @@ def epoch_batch(tasks: int, tasks_per_step: int, step: int, seed: int) -> list[i
     epoch, position = divmod(step - 1, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(tasks)
     return [int(i) for i in order[position * tasks_per_step:(position + 1) * tasks_per_step]]
+
+
+def training_data_warnings(preset: str, env_id: str, env_kwargs: dict) -> list[str]:
+    """What a run's preset could not give its training tasks, one line each (the trainer warns at start-up): the
+    paper preset trains Sokoban on the paper's 10,000 layouts only when their file was found."""
+    if preset == "paper-qwen3-4b" and env_id.startswith("ERL-Sokoban") and not env_kwargs.get("levels"):
+        return ["the paper-qwen3-4b preset trains Sokoban on generated levels (a level per task seed, the paper's room "
+                "sizes), not on the paper's 10,000 train layouts: sokoban_train.parquet was not found (set "
+                "ERL_PAPER_TASKS to the folder that holds it, or pass env_kwargs levels=FILE)"]
+    return []
 
 
 def prompt_constants() -> list[str]:

@@ -1,17 +1,18 @@
 """Batched multi-episode rollouts with token-in/token-out trajectories.
 
 Every live episode is advanced one turn at a time, and all episodes that need a reply of the same kind (an action,
-or a reflection, which samples differently) share one ``generate`` call. Each conversation is a single growing token
-list: the model's sampled tokens are appended as they came out of ``generate`` (loss mask 1, with their sampling
-log-probs), the env's messages are appended as chat-template segments (mask 0), and nothing is ever re-tokenised.
+or a reflection, which samples differently) share one call to the generation engine (``erl_agents.engines``: ``hf``
+or ``vllm``). Each conversation is a single growing token list: the model's sampled tokens are appended as they came
+out of the engine (loss mask 1, with their sampling log-probs), the env's messages are appended as chat-template
+segments (mask 0), and nothing is ever re-tokenised.
 
 With ``ReflectionWrapper`` an episode holds up to three conversations (first attempt, reflection, second attempt);
 ``info["new_conversation"]`` closes one and opens the next. The consolidation copies are built from these token lists
 afterwards (``erl_agents.batch``): the second attempt with the system-prompt tokens swapped for the initial prompt's.
 
-Across turns the model reads each conversation once (``kv_reuse``): a reply comes back with the keys and values of
-its conversation so far (a ``CachedPrefix``), and the next turn's ``generate`` call starts from them, so the model
-reads only the env's new message. The samples are the same as when every turn re-reads the whole conversation.
+This module never talks to a model itself: prefill, caches, sampling, constraints and stop strings are the engine's.
+An engine that caches a conversation's prefix across turns hands it back with each reply, and the episode returns
+it with the conversation's next turn.
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import gymnasium as gym
-import torch
-from transformers import LogitsProcessorList, StaticCache, StoppingCriteriaList
-from transformers.cache_utils import DynamicLayer, StaticLayer
-from transformers.generation import GenerateDecoderOnlyOutput
 
-from erl_agents.decoding import ActionTrie, ConstraintTable, StopString, TrieConstraint, stop_string_end
+from erl_agents.decoding import ConstraintTable
+from erl_agents.engines import as_engine
+from erl_agents.engines.base import Engine, Reply, SamplingParams
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
 
@@ -36,9 +35,8 @@ __all__ = [
     "Trajectory",
     "Episode",
     "ConstraintTable",
-    "CachedPrefix",
+    "Reply",
     "ResponseBudget",
-    "generate_replies",
     "run_episodes",
 ]
 
@@ -47,18 +45,6 @@ __all__ = [
 # (reverse-KL consolidation).
 ROLES = ("attempt1", "reflection", "attempt2", "distilled")
 _ROLE_OF_PHASE = {"attempt1": "attempt1", "reflect": "reflection", "attempt2": "attempt2"}
-
-# generate's cache argument and output field: ``cache`` in recent transformers 5.x, ``past_key_values`` before.
-_CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
-
 
 @dataclass
 class Trajectory:
@@ -114,193 +100,6 @@ class Episode:
         return next((t for t in self.trajectories if t.role == role), None)
 
 
-@dataclass
-class CachedPrefix:
-    """The keys and values of a conversation's first tokens, as the ``generate`` call that read them left them.
-
-    They stay in that call's batched cache (row ``row``, positions ``columns``) rather than being copied out per
-    conversation: the next call gathers all its rows with one index per layer, and the old cache is freed once no
-    conversation points into it.
-    """
-
-    tokens: list[int]  # what the keys and values are of: the conversation's first len(tokens) tokens
-    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer, keys and values [batch, heads, width, dim]
-    row: int
-    columns: torch.Tensor  # [len(tokens)] positions of those tokens in the width dimension, in order
-
-
-@dataclass
-class Reply:
-    ids: list[int]  # sampled tokens, including the end-of-turn token when the model produced it
-    logprobs: list[float]
-    constraints: list[int]
-    finished: bool  # ended with a stop token or the stop string (else it hit max_new_tokens)
-    prefix: CachedPrefix | None = None  # with kv_reuse: context and reply as far as the model has read them
-
-
-def _cached_lengths(prefixes: Sequence[CachedPrefix | None], contexts: Sequence[Sequence[int]]) -> list[int]:
-    """How many leading tokens of each context are cached, after checking each prefix really is one."""
-    if len(prefixes) != len(contexts):
-        raise ValueError(f"prefixes must have one entry per context, got {len(prefixes)} for {len(contexts)}")
-    lengths = []
-    for prefix, context in zip(prefixes, contexts):
-        n = len(prefix.tokens) if prefix is not None else 0
-        # A prefix of another conversation, or one that leaves no token to read, would give silently wrong samples.
-        if prefix is not None and (n >= len(context) or list(context[:n]) != prefix.tokens):
-            raise ValueError("a cached prefix must be a proper prefix of its context (it belongs to another "
-                             "conversation or the context did not grow since it was cached)")
-        lengths.append(n)
-    return lengths
-
-
-def _stack_prefixes(prefixes: Sequence[CachedPrefix | None], width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer, keys and values of ``width`` positions with every row's prefix right-aligned (left padding).
-
-    Padding positions are masked out by the attention mask; they repeat a real position of the row (or stay zero
-    for a row without a prefix) so that they hold finite values.
-    """
-    sources: dict[int, tuple[tuple, list[tuple[int, CachedPrefix]]]] = {}
-    for row, prefix in enumerate(prefixes):
-        if prefix is not None:
-            sources.setdefault(id(prefix.layers), (prefix.layers, []))[1].append((row, prefix))
-    template = next(iter(sources.values()))[0]
-    stacked = [tuple(t.new_zeros((len(prefixes), t.shape[1], width, t.shape[3])) for t in kv) for kv in template]
-    for layers, members in sources.values():
-        rows = torch.tensor([row for row, _ in members])
-        source_rows = torch.tensor([prefix.row for _, prefix in members])[:, None]
-        index = torch.stack([torch.cat([prefix.columns[:1].expand(width - len(prefix.tokens)), prefix.columns])
-                             for _, prefix in members])
-        for (keys, values), (source_keys, source_values) in zip(stacked, layers):
-            device = source_keys.device
-            # [rows, width, heads, dim] -> [rows, heads, width, dim]
-            keys[rows.to(device)] = source_keys[source_rows.to(device), :, index.to(device)].transpose(1, 2)
-            values[rows.to(device)] = source_values[source_rows.to(device), :, index.to(device)].transpose(1, 2)
-    return stacked
-
-
-def _preallocated_cache(policy: Policy, length: int, prefix_layers: list | None = None) -> StaticCache:
-    """A cache with room for all ``length`` positions of one ``generate`` call, holding ``prefix_layers`` first.
-
-    Why not the default growing cache: it appends each sampled token by concatenation, copying every layer's whole
-    cache once per token, which took most of a 32-row decode step on CPU (SmolLM2-135M, 600 positions).
-    Writing into room set aside up front copies only the new position. Columns not yet written are masked out, so
-    the samples are the growing cache's tokens (log-probs equal up to float summation order; tests/agents/test_rollout.py).
-    """
-    cache = StaticCache(config=policy.model.config, max_cache_len=length)
-    for layer, (keys, values) in enumerate(prefix_layers or []):
-        cache.update(keys, values, layer)
-    return cache
-
-
-def _cache_layers(cache) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    if not all(type(layer) in (StaticLayer, DynamicLayer) for layer in getattr(cache, "layers", [None])):
-        raise ValueError(f"kv_reuse needs a model whose generate cache keeps every position of every layer "
-                         f"(static or dynamic full-attention layers), got {type(cache).__name__}; set kv_reuse false")
-    return tuple((layer.keys, layer.values) for layer in cache.layers)
-
-
-@torch.inference_mode()
-def generate_replies(
-    policy: Policy,
-    contexts: Sequence[Sequence[int]],
-    sampling: SamplingParams,
-    valid_actions: Sequence[str] | None = None,
-    table: ConstraintTable | None = None,
-    prefixes: list[CachedPrefix | None] | None = None,
-    stop_string: str = "",
-) -> list[Reply]:
-    """Sample one reply per context in a single ``generate`` call (left padding, KV cache, stop at end of turn).
-
-    With ``valid_actions`` the reply is restricted token by token to those strings (then end of turn), and each
-    sampled token records the set it was drawn from in ``table`` so the update scores it under the same set.
-
-    With ``prefixes`` (one per context: a ``CachedPrefix`` of it, or None) the model reads only each context's tokens
-    after its prefix, and each reply carries the prefix of its context plus reply for the next call. The cached
-    tokens keep the positions they were read at, the new ones are left-padded after them, so every row sees exactly
-    what it would see re-read from scratch: the same samples for the same seed. The list is emptied once read, so
-    that the caches it pointed to can be freed before the new one grows.
-
-    With ``stop_string`` a reply also ends once its text holds that string; it is cut after the token that completes
-    it and counts as finished (it has no end-of-turn token: the caller closes the turn).
-    """
-    tokenizer, chat = policy.tokenizer, policy.chat
-    cached = _cached_lengths(prefixes, contexts) if prefixes is not None else [0] * len(contexts)
-    past = max(cached)
-    width = past + max(len(c) - n for c, n in zip(contexts, cached))
-    pad = tokenizer.pad_token_id
-    input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
-    attention = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, (ids, n) in enumerate(zip(contexts, cached)):
-        # Cached tokens end at column `past`, new tokens end at the last column; the gap between them is padding.
-        input_ids[row, past - n: past] = torch.tensor(ids[:n], dtype=torch.long)
-        input_ids[row, width - len(ids) + n:] = torch.tensor(ids[n:], dtype=torch.long)
-        attention[row, past - n: past] = 1
-        attention[row, width - len(ids) + n:] = 1
-    constraint = TrieConstraint(ActionTrie(policy, valid_actions), width) if valid_actions else None
-    # A constrained reply gets exactly the room of the longest valid reply, so no action is ever cut short.
-    max_new = constraint.trie.depth if constraint is not None else sampling.max_new_tokens
-    # Room for the context and every sampled token but the last, which the model never reads (the length
-    # transformers' own static cache takes, so the attention sums run over the same columns).
-    cache = _preallocated_cache(policy, width + max_new - 1, _stack_prefixes(prefixes, past) if past else None)
-    stopping = StoppingCriteriaList([StopString(tokenizer, stop_string, width)] if stop_string else [])
-    reuse = prefixes is not None
-    if reuse:
-        prefixes.clear()  # handed over: the previous calls' caches can go before generate grows the new one
-    out = policy.model.generate(
-        input_ids=input_ids.to(policy.device),
-        attention_mask=attention.to(policy.device),
-        do_sample=True,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        max_new_tokens=max_new,
-        eos_token_id=chat.stop_ids,
-        pad_token_id=pad,
-        output_scores=True,
-        return_dict_in_generate=True,
-        logits_processor=LogitsProcessorList([constraint] if constraint is not None else []),
-        stopping_criteria=stopping,
-        **{_CACHE: cache},
-    )
-    new = out.sequences[:, width:]
-    # Log-probs of the sampled tokens under the distribution actually sampled from (after temperature/top-k/top-p),
-    # one step at a time: only the sampled tokens' values are kept, never a [B, new, V] copy of the scores.
-    step_logprobs = torch.stack(
-        [torch.log_softmax(scores.float(), dim=-1).gather(-1, new[:, k, None]).squeeze(-1)
-         for k, scores in enumerate(out.scores)], dim=1).cpu()
-    new = new.cpu()
-    # The cache holds every column but the last sampled token, which the model never read.
-    layers = _cache_layers(getattr(out, _CACHE)) if reuse else None
-    read = new.shape[1] - 1
-    replies = []
-    stops = set(chat.stop_ids)
-    interned: dict[int, int] = {}
-    for row, ids in enumerate(new.tolist()):
-        finished = False
-        for cut, token in enumerate(ids):
-            if token in stops:
-                ids, finished = ids[: cut + 1], True
-                break
-        if stop_string:
-            end = stop_string_end(tokenizer, ids, stop_string)
-            if end is not None:
-                ids, finished = ids[:end], True
-        constraints = [-1] * len(ids)
-        if constraint is not None and table is not None:
-            nodes = [constraint.nodes[k][row] for k in range(len(ids))]
-            for node in nodes:
-                if node not in interned:
-                    interned[node] = table.intern(constraint.trie.sets[node])
-            constraints = [interned[node] for node in nodes]
-        reply = Reply(ids, step_logprobs[row, : len(ids)].tolist(), constraints, finished)
-        if layers is not None:
-            n, fresh, kept = cached[row], len(contexts[row]) - cached[row], min(len(ids), read)
-            columns = torch.cat([torch.arange(past - n, past), torch.arange(width - fresh, width + kept)])
-            reply.prefix = CachedPrefix(list(contexts[row]) + ids[:kept], layers, row, columns)
-        replies.append(reply)
-    return replies
-
-
 class ResponseBudget(gym.Wrapper):
     """Lets ``run_episodes`` end an attempt for its response budget: the step the rollout marks comes back
     truncated (unless it terminated), so whatever follows a truncated attempt follows (a ``ReflectionWrapper``
@@ -339,7 +138,7 @@ class _Live:
         self.episode = episode
         self.valid_actions = valid_actions
         self.conversation: Trajectory | None = None
-        self.prefix: CachedPrefix | None = None  # what the model has already read of the conversation (kv_reuse)
+        self.prefix: object | None = None  # the engine's record of what it has read of the conversation
         self.phase = "attempt1"
         self.budget = _response_budget_of(env)
 
@@ -355,7 +154,7 @@ def _valid_actions_of(env: gym.Env) -> list[str] | None:
 
 
 def run_episodes(
-    policy: Policy,
+    engine: Engine | Policy,
     envs: Sequence[gym.Env],
     resets: Sequence[tuple[int, dict | None]],
     tasks: Sequence[int],
@@ -390,6 +189,7 @@ def run_episodes(
     would have no room (the env's reward for that step counts). Every env then needs a ``ResponseBudget`` wrapper.
     Reflections have their own budget, ``reflect_sampling.max_new_tokens``.
 
+    ``engine`` samples the replies (``erl_agents.engines``); a bare ``Policy`` is sampled by the hf engine, whose
     ``kv_reuse`` keeps each conversation's keys and values from one turn to the next, so a turn reads only the
     env's new message; off, every turn re-reads the whole conversation. Both give the same episodes for the same seed.
 
@@ -403,9 +203,10 @@ def run_episodes(
     timing = timing if timing is not None else {}
     timing.setdefault("generation", 0.0)
     timing.setdefault("env", 0.0)
-    chat = policy.chat
+    engine = as_engine(engine, kv_reuse=kv_reuse)
+    chat = engine.chat
     reflect_sampling = reflect_sampling or sampling
-    prefill = policy.tokenizer(reflect_prefix, add_special_tokens=False)["input_ids"] if reflect_prefix else []
+    prefill = engine.tokenizer(reflect_prefix, add_special_tokens=False)["input_ids"] if reflect_prefix else []
     live: list[_Live] = []
     clock = time.perf_counter()
     for index, (env, (seed, options), task) in enumerate(zip(envs, resets, tasks)):
@@ -444,9 +245,9 @@ def run_episodes(
             rooms = [_room(live[i], response_budget) if response_budget and not reflect else budget + 1
                      for i in members]
             params = SamplingParams(params.temperature, params.top_p, params.top_k, max(min(budget, max(rooms)), 1))
-            out = generate_replies(policy, [live[i].conversation.tokens for i in members], params, actions, table,
-                                   prefixes=_hand_over_prefixes(live, members) if kv_reuse else None,
-                                   stop_string=reflect_stop if reflect else "")
+            out = engine.sample([live[i].conversation.tokens for i in members], params, actions, table,
+                                prefixes=_hand_over_prefixes(live, members) if engine.hands_back_prefixes else None,
+                                stop_string=reflect_stop if reflect else "")
             for i, reply, room in zip(members, out, rooms):
                 if room <= budget and len(reply.ids) >= room:
                     _cut_at_budget(live[i], reply, room)
@@ -522,7 +323,7 @@ def _cut_at_budget(state: _Live, reply: Reply, limit: int) -> None:
     state.conversation.response_cut = True
 
 
-def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list[CachedPrefix | None]:
+def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list:
     """The members' cached prefixes, no longer held by their episodes: each call holds at most one old cache."""
     prefixes = [live[i].prefix for i in members]
     for i in members:

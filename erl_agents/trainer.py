@@ -27,9 +27,9 @@ from erl_agents import checkpoint as ckpt
 from erl_agents.accelerator import (autocast, grad_scaler, peak_memory_gb, reset_peak_memory, resolve_device,
                                     resolve_precision)
 from erl_agents.batch import assign_advantages, distillation_prompt, reflection_repeats, training_rows
-from erl_agents.config import TrainConfig, config_to_dict, preset_warnings
+from erl_agents.config import TrainConfig, config_to_dict
 from erl_agents.distributed import World, place_pool_episodes, shard_bounds, sync_memory
-from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_tasks
+from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_data_warnings, training_tasks
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
@@ -40,6 +40,8 @@ from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, 
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
 from erl_agents.tracking import Trackers, open_trackers
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
+from erl_envs.reflection.prompt_block import reflection_char_limit
+from erl_envs.reflection.prompt_templates import apply_templates, load_templates
 from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = ["Trainer", "INITIAL_MODEL_SPEC"]
@@ -90,10 +92,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.rng = np.random.default_rng(config.seed)
         if config.prompts:  # the file's wording, before any env (or the tiny tokenizer) reads the prompt modules
-            from erl_envs.reflection.prompt_templates import apply_templates, load_templates
-
             self._replaced_prompts = apply_templates(load_templates(config.prompts))
-        for line in preset_warnings(config):
+        for line in training_data_warnings(config.preset, config.env, config.env_kwargs):
             warnings.warn(line, RuntimeWarning, stacklevel=3)
 
         # A resume is checked before anything is built: a refused one costs nothing.
@@ -197,7 +197,6 @@ class Trainer:
     def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
         from erl_envs.reflection.memory import PoolMemory, ReflectionMemory, memory_from_dict
         from erl_envs.reflection import ReflectionWrapper
-        from erl_envs.reflection.wrapper import reflection_char_limit
 
         cfg = self.config
         saved = resume_state.get("memory") if resume_state is not None else None
@@ -321,8 +320,6 @@ class Trainer:
         ``prompts`` file replaced."""
         self.trackers.close()
         if self._replaced_prompts is not None:
-            from erl_envs.reflection.prompt_templates import apply_templates
-
             apply_templates(self._replaced_prompts)
             self._replaced_prompts = None
         if self._lock is not None:

@@ -9,13 +9,8 @@ from transformers import StaticCache
 
 from erl_agents.grpo import token_log_probs
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
-from erl_agents.rollout import (
-    _CACHE,
-    ConstraintTable,
-    SamplingParams,
-    generate_replies,
-    run_episodes,
-)
+from erl_agents.engines.hf import _CACHE, generate_replies
+from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 from text_bandit import TextBanditEnv
 
 
@@ -207,6 +202,7 @@ def test_the_preallocated_cache_samples_what_the_growing_cache_samples(policy):
 
 
 def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch):
+    import erl_agents.engines.hf as hf
     import erl_agents.rollout as rollout
 
     def play(table):
@@ -225,7 +221,7 @@ def test_rollouts_match_the_plain_transformers_path_exactly(policy, monkeypatch)
         return [rollout.Reply(ids, lp, cs, done)
                 for ids, lp, cs, done in _reference_generate_replies(policy, contexts, sampling, valid_actions, table)]
 
-    monkeypatch.setattr(rollout, "generate_replies", reference)
+    monkeypatch.setattr(hf, "generate_replies", reference)
     assert play(ConstraintTable()) == fast
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
-from erl_agents.rollout import CachedPrefix, ConstraintTable, SamplingParams, generate_replies, run_episodes
+from erl_agents.engines.hf import CachedPrefix, generate_replies
+from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 from erl_agents.envs import make_env, tiny_corpus
 from erl_envs.reflection.memory import ReflectionMemory
 from erl_envs.reflection import ReflectionWrapper

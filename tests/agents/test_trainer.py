@@ -244,7 +244,7 @@ def test_the_trainer_applies_a_prompts_file_reads_whole_reflections_and_warns_wi
     Sokoban on generated levels because the paper's layouts were not found."""
     import gymnasium as gym
 
-    from erl_agents.config import preset_warnings
+    from erl_agents.envs import training_data_warnings
     from erl_envs.grid import prompts as grid_prompts
 
     prompts = tmp_path / "prompts.yaml"
@@ -265,5 +265,5 @@ def test_the_trainer_applies_a_prompts_file_reads_whole_reflections_and_warns_wi
         trainer.close()
     assert gym.make("ERL-Sokoban-v0", prompts="paper").unwrapped.instructions.endswith(
         grid_prompts.PAPER_SET["reminder"]["Sokoban"])
-    assert preset_warnings(build_config(flags=dict(config.__dict__, env_kwargs={"levels": "train.parquet"}))) == []
-    assert preset_warnings(build_config(flags=dict(config.__dict__, preset="cpu-tiny"))) == []
+    assert training_data_warnings(config.preset, config.env, {"levels": "train.parquet"}) == []
+    assert training_data_warnings("cpu-tiny", config.env, {}) == []

