@@ -164,13 +164,13 @@ class BoundedHTTP:
             response = conn.getresponse()
             length = response.getheader("Content-Length", "")
             if length.strip().isdigit() and int(length) > self.max_bytes:
-                raise HTTPTooLargeError(f"its reply is {int(length):,} bytes long, more than the {self.max_bytes:,} "
+                raise HTTPTooLargeError(f"the reply is {int(length):,} bytes long, more than the {self.max_bytes:,} "
                                         "this client accepts")
             chunks, size = [], 0
             while chunk := response.read(_CHUNK):
                 size += len(chunk)
                 if size > self.max_bytes:
-                    raise HTTPTooLargeError(f"its reply is longer than the {self.max_bytes:,} bytes this client "
+                    raise HTTPTooLargeError(f"the reply is longer than the {self.max_bytes:,} bytes this client "
                                             "accepts")
                 chunks.append(chunk)
             if response.will_close:

@@ -206,7 +206,7 @@ class RemoteEnv(gym.Env[str, str]):
                 raise RemoteEnvError(None, f"erl-serve at {self.url} did not answer {call} within the "
                                            f"{self.timeout:g} s timeout") from None
             except HTTPTooLargeError as error:
-                raise RemoteEnvError(None, f"erl-serve at {self.url} refused for {call}: {error}") from None
+                raise RemoteEnvError(None, f"erl-serve at {self.url} sent too much for {call}: {error}") from None
             except (OSError, http.client.HTTPException) as error:
                 if attempt or not retry:
                     reason = " ".join(f"{type(error).__name__}: {error}".split())[:300]
