@@ -17,8 +17,9 @@ caller can put it back. The structure around the text (which pieces join into a 
 Most names are plain text, shown as written (braces included, as in ``\\boxed{}``). The others are templates the
 code fills in (``is_formatted``): such a template may use only the fields its project text uses (with a format spec
 of its own if wanted, e.g. ``{average:.2f}``), and writes a literal brace as ``{{`` or ``}}``. Two lines the code
-formats by position are named here: ``{steps}`` in a steps-left line and ``{turn}`` in a turn heading. An unknown name or field, a field-less ``{}``, a value that is not text or a file that is too large or too
-deep is refused with one line naming the file and the problem.
+formats by position are named here: ``{steps}`` in a steps-left line and ``{turn}`` in a turn heading. An unknown
+name or field, a field-less ``{}``, a value that is not text or a file that is too large or too deep is refused with
+one line naming the file and the problem.
 """
 
 from __future__ import annotations

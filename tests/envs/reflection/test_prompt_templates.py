@@ -107,8 +107,8 @@ def test_a_file_of_other_wording_reaches_every_env_built_after_it_and_is_put_bac
     ({"grid": {"paper": {"instruction": "x"}}}, "unknown template 'grid.paper.instruction' (names under grid.paper: "
                                                 "instructions, reminder, step)"),
     ({"maze": {"x": "y"}}, "unknown template 'maze.x' (top-level names: grid, qa, reflection)"),
-    ({"grid": {"paper": {"step": {"Sokoban": {"moved": None}}}}}, "grid.paper.step.Sokoban.moved must be a "
-                                                                  "template's text or a mapping of names, got NoneType"),
+    ({"grid": {"paper": {"step": {"Sokoban": {"moved": None}}}}},
+     "grid.paper.step.Sokoban.moved must be a template's text or a mapping of names, got NoneType"),
     ({"grid": {"lenient": {"step": {"moved": "Moved."}}}}, "unknown template 'grid.lenient.step.moved'"),
     ({"qa": {"paper": {"tool": {"function": {"name": "search"}}}}}, "unknown template 'qa.paper.tool.function.name'"),
     ({"reflection": {"paper": {"reflection_request": "{trace} {gmae}"}}},
