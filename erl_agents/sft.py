@@ -271,7 +271,9 @@ def train_sft(config: SFTConfig) -> Path:
         if not config_path.exists():
             raise FileNotFoundError(f"--resume: {out} holds no warm-start run (no config.json)")
         saved = json.loads(config_path.read_text())
-        changed = sorted(k for k, v in asdict(config).items() if k not in ("resume", "threads") and saved.get(k) != v)
+        # A resume may go further (steps, saves, checkpoints) or use other threads; anything else is another run.
+        free = ("resume", "threads", "steps", "save_at", "checkpoint_every")
+        changed = sorted(k for k, v in asdict(config).items() if k not in free and saved.get(k) != v)
         if changed:
             raise ValueError(f"--resume with other settings than the run's config.json: {', '.join(changed)}")
     elif (out / "metrics.jsonl").exists():
