@@ -2,16 +2,19 @@
 
     python benchmarks/speed/bench_solver.py            # paper test set (from ../shared) + 30 generated multi-box levels
     python benchmarks/speed/bench_solver.py --quick    # fewer repeats and generated levels, a smoke run
+    python benchmarks/speed/bench_solver.py --report   # rewrite solver.md from solver.json (no timing)
 
 Each time is the best of ``--repeats`` runs of ``solution_stats`` (the per-room tables are cached after the first
 solve of a room, as they are in an env that replays its levels; the first run warms them). "states" is the number
 of distinct (player, boxes) states the search stored. Both searches are optimal, so their move counts must agree;
-the script checks it. Results go to benchmarks/results/solver.md.
+the script checks it. The per-level measurements go to benchmarks/results/solver.json and the report,
+benchmarks/results/solver.md, is computed from that file alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -42,33 +45,41 @@ def timed(level, method: str, repeats: int):
     return result, best * 1e3
 
 
-def compare(levels, names, repeats: int) -> tuple[list[str], dict]:
-    rows = ["| level | size | boxes | moves | pushes | BFS ms | BFS states | A* ms | A* states | BFS/A* time |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    bfs_ms, astar_ms, bfs_states, astar_states = [], [], [], []
+def measure(levels, names, repeats: int) -> list[dict]:
+    """Per level: its shape, the optimal solution's moves and pushes, and each search's best time and states."""
+    records = []
     for name, level in zip(names, levels):
         bfs, t_bfs = timed(level, "bfs", repeats)
         astar, t_astar = timed(level, "astar", repeats)
         if bfs.moves != astar.moves:
             raise SystemExit(f"BFS and A* disagree on {name}: {bfs.moves} vs {astar.moves} moves")
-        bfs_ms.append(t_bfs)
-        astar_ms.append(t_astar)
-        bfs_states.append(bfs.states)
-        astar_states.append(astar.states)
+        records.append({"level": name, "height": level.height, "width": level.width, "boxes": len(level.boxes),
+                        "moves": bfs.moves, "pushes": bfs.pushes, "bfs_ms": t_bfs, "bfs_states": bfs.states,
+                        "astar_ms": t_astar, "astar_states": astar.states})
+    return records
+
+
+def compare(records: list[dict]) -> tuple[list[str], dict]:
+    """The per-level table and the summary of one level set's records."""
+    rows = ["| level | size | boxes | moves | pushes | BFS ms | BFS states | A* ms | A* states | BFS/A* time |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
         rows.append(
-            f"| {name} | {level.height}x{level.width} | {len(level.boxes)} | {bfs.moves} | {bfs.pushes} | "
-            f"{t_bfs:.3f} | {bfs.states} | {t_astar:.3f} | {astar.states} | {t_bfs / t_astar:.2f} |"
+            f"| {r['level']} | {r['height']}x{r['width']} | {r['boxes']} | {r['moves']} | {r['pushes']} | "
+            f"{r['bfs_ms']:.3f} | {r['bfs_states']} | {r['astar_ms']:.3f} | {r['astar_states']} | "
+            f"{r['bfs_ms'] / r['astar_ms']:.2f} |"
         )
+    bfs_ms, astar_ms = [r["bfs_ms"] for r in records], [r["astar_ms"] for r in records]
     summary = {
-        "levels": len(levels),
+        "levels": len(records),
         "BFS total ms": sum(bfs_ms),
         "A* total ms": sum(astar_ms),
         "BFS median ms": statistics.median(bfs_ms),
         "A* median ms": statistics.median(astar_ms),
         "BFS max ms": max(bfs_ms),
         "A* max ms": max(astar_ms),
-        "BFS mean states": statistics.mean(bfs_states),
-        "A* mean states": statistics.mean(astar_states),
+        "BFS mean states": statistics.mean(r["bfs_states"] for r in records),
+        "A* mean states": statistics.mean(r["astar_states"] for r in records),
         "BFS/A* total time": sum(bfs_ms) / sum(astar_ms),
     }
     return rows, summary
@@ -86,47 +97,75 @@ def summary_table(summaries: dict[str, dict]) -> list[str]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repeats and generated levels")
-    parser.add_argument("--repeats", type=int, default=None, help="timed runs per level and method (best is kept)")
-    parser.add_argument("--hard-levels", type=int, default=None, help="generated multi-box levels to time")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "solver.md")
-    args = parser.parse_args()
-    repeats = args.repeats or (1 if args.quick else 5)
-    hard_count = args.hard_levels or (5 if args.quick else 30)
-
+def to_markdown(data: dict) -> str:
+    """The report, from the measurements of ``measure_all`` (solver.json)."""
     sections: list[str] = []
     summaries: dict[str, dict] = {}
-    shared = Path(os.environ.get("ERL_SHARED", ROOT.parent / "shared")) / "paper_tasks" / "sokoban_test.parquet"
-    if shared.is_file():
-        paper = load_levels(shared)
-        rows, summaries["paper test set"] = compare(paper, [lv.name for lv in paper], repeats)
-        sections += ["## Paper test set (100 levels, 1 box, <= 8 moves)", "", *rows, ""]
+    if data["paper"]:
+        rows, summaries["paper test set"] = compare(data["paper"])
+        sections += [f"## Paper test set ({len(data['paper'])} levels, "
+                     f"{max(r['boxes'] for r in data['paper'])} box, <= {max(r['moves'] for r in data['paper'])} "
+                     "moves)", "", *rows, ""]
     else:
-        sections += ["## Paper test set: skipped (../shared/paper_tasks/sokoban_test.parquet not found; set ERL_SHARED)", ""]
-
-    rng = np.random.default_rng(0)
-    hard = [generate_level(rng, **HARD_SETTING)[0] for _ in range(hard_count)]
-    rows, summaries["generated 10x10, 3 boxes"] = compare(hard, [f"gen-{i}" for i in range(hard_count)], repeats)
-    sections += [f"## Generated levels: `{HARD_SETTING}`", "", *rows, ""]
-
+        sections += ["## Paper test set: skipped (../shared/paper_tasks/sokoban_test.parquet not found; set "
+                     "ERL_SHARED)", ""]
+    rows, summaries["generated 10x10, 3 boxes"] = compare(data["generated"])
+    sections += [f"## Generated levels: `{data['hard_setting']}`", "", *rows, ""]
+    m = data["machine"]
     header = [
         "# Sokoban solver: BFS vs A*",
         "",
-        f"Generated by `python benchmarks/speed/bench_solver.py{' --quick' if args.quick else ''}`.",
-        f"Machine: {os.cpu_count()} CPUs, {platform.machine()}, {platform.system()}; Python "
-        f"{platform.python_version()}, numpy {np.__version__}. Times are the best of {repeats} run(s) per level.",
+        f"Generated by `{data['command']}`; this report by `python benchmarks/speed/bench_solver.py --report` from "
+        "[solver.json](solver.json), the per-level measurements.",
+        f"Machine: {m['cpus']} CPUs, {m['arch']}, {m['system']}; Python {m['python']}, numpy {m['numpy']}; load "
+        f"average (1 minute) {min(data['load']):.1f}-{max(data['load']):.1f} while it ran, run under `nice`. Times "
+        f"are the best of {data['repeats']} run(s) per level.",
         "",
         "## Summary",
         "",
         *summary_table(summaries),
         "",
     ]
-    text = "\n".join(header + sections)
+    return "\n".join(header + sections)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and generated levels")
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per level and method (best is kept)")
+    parser.add_argument("--hard-levels", type=int, default=None, help="generated multi-box levels to time")
+    parser.add_argument("--report", action="store_true", help="only rewrite the report from the .json beside it")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "solver.md")
+    args = parser.parse_args()
+    data_path = args.out.with_suffix(".json")
+    if args.report:
+        data = json.loads(data_path.read_text())
+    else:
+        repeats = args.repeats or (1 if args.quick else 5)
+        hard_count = args.hard_levels or (5 if args.quick else 30)
+        load = [os.getloadavg()[0]]
+        shared = Path(os.environ.get("ERL_SHARED", ROOT.parent / "shared")) / "paper_tasks" / "sokoban_test.parquet"
+        paper = []
+        if shared.is_file():
+            levels = load_levels(shared)
+            paper = measure(levels, [lv.name for lv in levels], repeats)
+        rng = np.random.default_rng(0)
+        hard = [generate_level(rng, **HARD_SETTING)[0] for _ in range(hard_count)]
+        generated = measure(hard, [f"gen-{i}" for i in range(hard_count)], repeats)
+        load.append(os.getloadavg()[0])
+        flags = " ".join(a for a in ("--quick" if args.quick else "", f"--repeats {args.repeats}" if args.repeats else "",
+                                     f"--hard-levels {args.hard_levels}" if args.hard_levels else "") if a)
+        data = {"command": "python benchmarks/speed/bench_solver.py" + (f" {flags}" if flags else ""),
+                "repeats": repeats, "hard_setting": str(HARD_SETTING), "load": load,
+                "machine": {"cpus": os.cpu_count(), "arch": platform.machine(), "system": platform.system(),
+                            "python": platform.python_version(), "numpy": np.__version__},
+                "paper": paper, "generated": generated}
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        data_path.write_text(json.dumps(data, indent=1) + "\n")
+    text = to_markdown(data)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    args.out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
