@@ -244,9 +244,9 @@ def _read_records(path: Path) -> list[Mapping[str, Any]]:
 
 def _read_file_records(path: Path) -> list[Mapping[str, Any]]:
     if path.suffix == ".parquet":
-        import pandas as pd
-
         with open_regular(path, "data file", MAX_DATA_FILE_BYTES) as f:
+            import pandas as pd
+
             try:
                 frame = pd.read_parquet(f)
             except Exception as exc:  # pyarrow raises several unrelated types for a damaged file

@@ -2,14 +2,18 @@
 place of the problem, never a RecursionError or OverflowError from deep inside a library."""
 
 import json
+import os
 import re
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from erl_agents import checkpoint as ckpt
 from erl_agents.config import build_config
-from erl_envs.qa.data import DataError, load_questions
+from erl_envs.qa.data import DataError, load_corpus, load_questions
 from erl_envs.reflection.memory import ReflectionMemory, load_memory
 from erl_envs.safe_parse import loads_json, loads_yaml, nesting_depth
 from erl_envs.grid.sokoban_levels import LevelError, load_levels
@@ -118,3 +122,119 @@ def test_a_manifest_field_that_is_wrong_falls_back_to_the_previous_checkpoint(tm
     with pytest.warns(RuntimeWarning, match=f"step_000002.safetensors: its manifest step_000002.json {problem}"):
         path, state = ckpt.load_latest_checkpoint(tmp_path)
     assert state["step"] == 1
+
+
+# --- duplicate keys, files that are not files, size caps ------------------------------------------------------------
+
+
+def test_a_key_written_twice_is_refused_in_json_yaml_and_config_files(tmp_path, capsys):
+    """Both parsers would keep the last value silently: a config whose first ``lr`` is what its reader sees would
+    train with the second."""
+    with pytest.raises(json.JSONDecodeError, match=r'the key "lr" is written twice in one object: line 1 column 23'):
+        loads_json('{"lr": 1, "steps": 2, "lr": 3}')
+    assert loads_json('{"a": {"lr": 1}, "b": {"lr": 2}}') == {"a": {"lr": 1}, "b": {"lr": 2}}  # other objects
+    with pytest.raises(ValueError, match="run.yaml: line 3, column 1: not valid YAML \\(the key 'lr' is written twice"):
+        loads_yaml("lr: 0.001\nsteps: 5\nlr: 0.1\n", "run.yaml")
+    merged = loads_yaml("base: &b {lr: 1, steps: 2}\nrun:\n  <<: *b\n  lr: 3\n", "ok.yaml")
+    assert merged["run"] == {"lr": 3, "steps": 2}  # a merge key's values may be overridden: that is its purpose
+    for name, text in (("run.yaml", "seed: 1\nsteps: 5\nseed: 2\n"), ("run.json", '{"seed": 1, "seed": 2}')):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(ValueError, match=f"config file .*{name}: line .*seed.* written twice"):
+            build_config(file=path)
+        from erl_agents.train import main
+
+        assert main(["--config", str(path), "--output", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("erl-train: error: config file") and "written twice" in err and err.count("\n") == 1
+
+
+def _not_files(tmp_path, name: str) -> dict[str, str]:
+    """A directory, a FIFO nobody writes and /dev/zero (through a link with the right extension), by ``name``'s
+    extension, each with the words its refusal must say."""
+    folder = tmp_path / f"folder{Path(name).suffix}"
+    folder.mkdir()
+    fifo = tmp_path / f"fifo{Path(name).suffix}"
+    os.mkfifo(fifo)
+    zero = tmp_path / f"zero{Path(name).suffix}"
+    zero.symlink_to("/dev/zero")
+    return {str(folder): "is a directory", str(fifo): "is a FIFO (named pipe)", str(zero): "is a character device"}
+
+
+def _within(seconds: float, call):
+    """``call()`` in a thread: its result or exception, or a failure if it has not returned within ``seconds`` (a
+    read that hangs on a FIFO must fail the test, not hang it)."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed back to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still reading after {seconds} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+@pytest.mark.parametrize("suffix,load,error", [
+    (".txt", load_levels, LevelError), (".jsonl", load_levels, LevelError), (".parquet", load_levels, LevelError),
+    (".json", lambda p: load_questions(p), DataError), (".jsonl", lambda p: load_questions(p), DataError),
+    (".parquet", lambda p: load_corpus(p), DataError), (".json", load_memory, ValueError),
+])
+def test_a_data_file_that_is_not_a_file_is_refused_by_name_before_reading(tmp_path, suffix, load, error):
+    """/dev/zero read until MemoryError, a FIFO hung, a directory gave a raw IsADirectoryError: each is one error
+    naming the path and what it is, at once."""
+    for path, words in _not_files(tmp_path, "x" + suffix).items():
+        started = time.monotonic()
+        with pytest.raises(error, match=re.escape(path) + " " + re.escape(words) + ", not a regular file"):
+            _within(10.0, lambda: load(path))
+        assert time.monotonic() - started < 2.0
+
+
+def test_every_data_file_read_has_a_size_cap(tmp_path, monkeypatch):
+    import erl_envs.grid.sokoban_levels as levels_module
+    import erl_envs.qa.data as data_module
+    import erl_envs.reflection.memory as memory_module
+
+    monkeypatch.setattr(levels_module, "MAX_LEVEL_FILE_BYTES", 100)
+    monkeypatch.setattr(data_module, "MAX_DATA_FILE_BYTES", 100)
+    monkeypatch.setattr(memory_module, "MAX_MEMORY_FILE_BYTES", 100)
+    big_levels = tmp_path / "big.txt"
+    big_levels.write_text("; a\n#####\n#@$.#\n#####\n\n" * 10)
+    with pytest.raises(LevelError, match="big.txt: 230 bytes or more is too large for a level file \\(at most 100\\)"):
+        load_levels(big_levels)
+    for name in ("big.json", "big.jsonl"):
+        path = tmp_path / name
+        path.write_text("\n" * 50 + json.dumps([{"question": "q" * 100}]) + "\n")
+        with pytest.raises(DataError, match=f"{name}: .* bytes or more is too large for a data file"):
+            load_questions(path)
+    memory = tmp_path / "memory.json"
+    ReflectionMemory("r" * 200).save(memory)
+    with pytest.raises(ValueError, match="memory.json: .* bytes or more is too large for a memory file"):
+        ReflectionMemory.load(memory)
+
+
+def test_a_jsonl_file_that_grows_past_its_cap_while_read_is_refused(tmp_path, monkeypatch):
+    """The size is checked before reading and the bytes counted while reading: a file that grows meanwhile (or a
+    size that lied) is refused when the count passes the cap."""
+    import erl_envs.qa.data as data_module
+
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "q"}\n' * 5)
+    real_open = data_module.open_regular
+
+    def open_then_grow(*args, **kwargs):
+        handle = real_open(*args, **kwargs)
+        with open(path, "a") as more:
+            more.write('{"question": "q"}\n' * 50)
+        return handle
+
+    monkeypatch.setattr(data_module, "MAX_DATA_FILE_BYTES", 200)
+    monkeypatch.setattr(data_module, "open_regular", open_then_grow)
+    with pytest.raises(DataError, match="q.jsonl: .* bytes or more is too large for a data file"):
+        load_questions(path)
