@@ -713,3 +713,19 @@ def test_min_path_redraws_maps_whose_goal_is_too_near():
     for bad, error in ((-1, ValueError), (9, ValueError), (1.5, TypeError)):
         with pytest.raises(error, match="min_path"):
             FrozenLakeTextEnv(min_path=bad)
+
+
+@pytest.mark.parametrize("size", [101, (2, 101), (2, 10**6), (10**6, 10**6)])
+def test_a_size_beyond_the_largest_map_is_refused_at_once(size):
+    """An unbounded ``size`` ended in a traceback allocating terabytes; every size is now at most 100 per side, for
+    the env's settings and for a reset option, checked before anything is allocated."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="is too large: maps may be at most 100 per side"):
+        gym.make("ERL-FrozenLake-v0", size=size)
+    env = gym.make("ERL-FrozenLake-v0")
+    with pytest.raises(ValueError, match="maps may be at most 100 per side"):
+        env.reset(seed=0, options={"size": size})
+    assert time.monotonic() - started < 1.0
+    assert gym.make("ERL-FrozenLake-v0", size=(2, 100)).observation_space.max_length > 0  # the largest is allowed

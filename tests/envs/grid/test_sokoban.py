@@ -515,3 +515,19 @@ def test_the_paper_setting_and_constructor_settings_are_not_limited():
     assert SokobanTextEnv(num_boxes=2, size=8).reset(seed=3)[1]["num_boxes"] == 2
     env = SokobanTextEnv()
     assert env.reset(seed=5, options={"size": 8, "max_steps": 500})[1]["steps_left"] == 500
+
+
+@pytest.mark.parametrize("size", [101, (7, 101), [1e6, 1e6]])
+def test_a_size_beyond_the_largest_level_is_refused_at_once(size):
+    """``size: [1e6, 1e6]`` ended in a traceback allocating 7.28 TiB; sizes are at most ``LARGEST_LEVEL_SIDE`` (100)
+    per side, for the env's settings and for a reset option, checked before anything is allocated."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="is too large: levels may be at most 100 per side"):
+        gym.make("ERL-Sokoban-v0", size=size)
+    env = gym.make("ERL-Sokoban-v0")
+    with pytest.raises(ValueError, match="levels may be at most 100 per side"):
+        env.reset(seed=0, options={"size": size})
+    assert time.monotonic() - started < 1.0
+    assert env.reset(seed=0)[0]  # still usable
