@@ -158,6 +158,15 @@ def test_comparison_config_files(tmp_path):
         compare.load_settings(str(bad))
     with pytest.raises(ValueError, match="must end in"):
         compare.load_settings(str(tmp_path / "x.toml"))
+    # Read with the bounded loaders: a deep or huge file is refused in one line, naming it.
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200 + "]" * 200)
+    with pytest.raises(ValueError, match=r"deep.json: line 1, column \d+: nested deeper than"):
+        compare.load_settings(str(deep))
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("steps: 1\n" + "#" * (1 << 20))
+    with pytest.raises(ValueError, match="too large for a comparison config"):
+        compare.load_settings(str(huge))
 
 
 def test_paper_gpu_config_is_the_papers_setting():
