@@ -12,8 +12,9 @@ the reply format. Two sets, chosen by the envs' ``prompts=`` argument:
   test maps). Its prompt and reminder name no move (``SMALL_SET``); its reflection texts, a short request and
   instructions sized for a 135M model, live in ``erl_envs.reflection.prompts``.
 
-Override by passing your own strings to the env (``instructions=``), or by assigning to these module attributes (or
-``PAPER_SET`` entries) before building envs.
+Override by passing your own strings to the env (``instructions=``), by a templates file (``erl-train --prompts FILE``,
+``erl_envs.reflection.prompt_templates``; these texts are its ``grid.*`` names), or by assigning to these module
+attributes (or ``PAPER_SET`` entries) before building envs.
 """
 
 from __future__ import annotations

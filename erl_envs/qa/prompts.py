@@ -1,5 +1,6 @@
 """HotpotQA's prompts: the first-attempt system prompt and the reminder of the reply format appended to a reflected
-system prompt. Override by passing ``instructions=`` to the env, or by assigning to these module attributes.
+system prompt. Override by passing ``instructions=`` to the env, by a templates file (``erl-train --prompts FILE``;
+these texts are its ``qa.*`` names), or by assigning to these module attributes.
 (What the policy is asked to write after a wrong answer is in ``erl_envs.reflection.prompts``.)
 
 Two sets, following the env's ``protocol``: ours (the module constants, ``<search>`` tags), and under

@@ -10,8 +10,9 @@ boxes and goals are (docs/fidelity.md); and for the grid games under ``prompts="
 moves with their effects, not every board (the lenient request of a 4x4 game runs to ~2,300 characters, which such a
 model copies back instead of writing rules).
 
-Override through ``ReflectionWrapper``'s arguments (``reflection_instructions=`` ...), or by assigning to these module
-attributes (or ``PAPER_SET`` entries) before building wrappers.
+Override through ``ReflectionWrapper``'s arguments (``reflection_instructions=`` ...), by a templates file
+(``erl-train --prompts FILE``, ``erl_envs.reflection.prompt_templates``; these texts are its ``reflection.*`` names),
+or by assigning to these module attributes (or ``PAPER_SET`` entries) before building wrappers.
 """
 
 from __future__ import annotations
