@@ -49,8 +49,8 @@ class _Clock:
         return left
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket whose every send and receive waits at most until its clock's deadline."""
+class _Deadline:
+    """Socket methods that wait at most until the clock's deadline: each sets the timeout to what is left first."""
 
     clock: _Clock = _Clock()
 
@@ -75,27 +75,12 @@ class _DeadlineSocket(socket.socket):
             view = view[self.send(view[:_CHUNK], *args):]
 
 
-class _DeadlineSSLSocket(ssl.SSLSocket):
-    """The TLS socket of a ``_DeadlineSocket`` connection: reads and writes wait at most until the deadline."""
+class _DeadlineSocket(_Deadline, socket.socket):
+    """A plain socket bounded by its clock's deadline."""
 
-    clock: _Clock = _Clock()
 
-    def recv_into(self, *args, **kwargs):
-        self.settimeout(self.clock.remaining())
-        return super().recv_into(*args, **kwargs)
-
-    def recv(self, *args, **kwargs):
-        self.settimeout(self.clock.remaining())
-        return super().recv(*args, **kwargs)
-
-    def send(self, *args, **kwargs):
-        self.settimeout(self.clock.remaining())
-        return super().send(*args, **kwargs)
-
-    def sendall(self, data, flags=0):
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[self.send(view[:_CHUNK], flags):]
+class _DeadlineSSLSocket(_Deadline, ssl.SSLSocket):
+    """The TLS socket of a ``_DeadlineSocket`` connection (``SSLContext.sslsocket_class``), bounded the same way."""
 
 
 def _connect(address: tuple[str, int], clock: _Clock) -> socket.socket:
