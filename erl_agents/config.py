@@ -554,24 +554,10 @@ def config_to_dict(config: TrainConfig) -> dict[str, Any]:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read overrides from a YAML or JSON file (a flat mapping of field names); a problem names the file and place."""
-    from erl_envs.safe_parse import loads_json, loads_yaml, read_text_limited
+    from erl_envs.safe_parse import load_data_file
 
     path = Path(path)
-    if path.suffix not in (".yaml", ".yml", ".json"):
-        raise ValueError(f"config file {path} must end in .yaml, .yml or .json")
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        text = read_text_limited(path, _MAX_CONFIG_BYTES, "config file")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"config file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if path.suffix == ".json":
-        try:
-            data = loads_json(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config file {path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    else:
-        data = loads_yaml(text, f"config file {path}")
+    data = load_data_file(path, "config file", _MAX_CONFIG_BYTES)
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of field names to values, got {type(data).__name__}")
