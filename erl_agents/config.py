@@ -8,7 +8,6 @@ is a new flag with no second edit.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -27,7 +27,8 @@ import sys
 from typing import Any, BinaryIO
 
 __all__ = ["MAX_DEPTH", "MAX_YAML_VALUES", "loads_json", "loads_yaml", "read_text_limited", "read_bytes_limited",
-           "open_regular", "check_regular", "too_large", "RefusedFileError", "nesting_depth", "expanded_size"]
+           "open_regular", "check_regular", "too_large", "RefusedFileError", "nesting_depth", "expanded_size",
+           "load_data_file"]
 
 MAX_DEPTH = 100  # containers inside containers; real data files nest a handful deep
 # Values a YAML document may stand for once its aliases are expanded: a 1 MB file without aliases holds at most
@@ -290,3 +291,25 @@ def read_text_limited(path: str | os.PathLike, max_bytes: int, what: str = "file
     """The text of ``path`` as ``read_bytes_limited`` reads it; a file that is not ``encoding`` raises
     ``UnicodeDecodeError``."""
     return read_bytes_limited(path, max_bytes, what).decode(encoding)
+
+
+def load_data_file(path: str | os.PathLike, what: str, max_bytes: int) -> Any:
+    """The value of a ``.yaml``/``.yml`` or ``.json`` file a user hands us (a config, a prompt templates file), read
+    with the bounds above (size, depth, aliases, UTF-8); every problem is one ``ValueError`` that starts with ``what``
+    and the path (``FileNotFoundError`` when there is no such file). An empty YAML file is None."""
+    source = f"{what} {os.fspath(path)}"
+    suffix = os.path.splitext(os.fspath(path))[1]
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"{source} must end in .yaml, .yml or .json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{source} does not exist")
+    try:
+        text = read_text_limited(path, max_bytes, what)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if suffix != ".json":
+        return loads_yaml(text, source)
+    try:
+        return loads_json(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None

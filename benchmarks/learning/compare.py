@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from erl_agents.config import ENV_PRESETS, build_config  # noqa: E402
 from erl_agents.trainer import Trainer  # noqa: E402
-from erl_envs.safe_parse import loads_json, loads_yaml, read_text_limited  # noqa: E402
+from erl_envs.safe_parse import load_data_file  # noqa: E402
 
 ENVS = ("ERL-FrozenLake-v0", "ERL-Sokoban-v0", "ERL-HotpotQA-v0")
 # Each method is a set of TrainConfig overrides; every field that differs between methods is set explicitly, so a
@@ -429,16 +429,8 @@ def load_settings(file: str | None) -> dict:
     if file is None:
         return settings
     path = Path(file)
-    if path.suffix not in (".yaml", ".yml", ".json"):
-        raise ValueError(f"comparison config {path} must end in .yaml, .yml or .json")
-    text = read_text_limited(path, 1 << 20, "comparison config")
-    if path.suffix == ".json":
-        try:
-            data = loads_json(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"comparison config {path}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    else:
-        data = loads_yaml(text, f"comparison config {path}") or {}
+    data = load_data_file(path, "comparison config", 1 << 20)
+    data = {} if data is None else data
     if not isinstance(data, dict):
         raise ValueError(f"comparison config {path} must hold a mapping, got {type(data).__name__}")
     unknown = sorted(set(data) - set(DEFAULTS))

@@ -297,6 +297,11 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
         model = next(iter(arms.values()))[next(iter(next(iter(arms.values()))))][0].get("model", "")
         start_name = "untrained policy" if model in ("", "smollm2-135m") else f"starting policy `{Path(model).name}`"
         lines.append(f"| {start_name} (step 0) | {len(starts)} | - | 0 | 0 | 0 | {rate(k, n)} | {per_seed} |")
+    best = best_constant(next(iter(next(iter(arms.values())).values()))[0])
+    if best is not None:
+        name, k, n = best
+        lines.append(f"| best constant policy (always {name}, no model) | - | - | - | - | - | {k}/{n} = {k / n:.2f} "
+                     "(no sampling: the same on every seed) | - |")
     for arm in ordered:
         runs = summaries[arm]
         k, n = pooled(list(runs.values()), "final_eval")
@@ -395,29 +400,48 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
     return lines
 
 
+def best_constant(config: dict) -> tuple[str, int, int] | None:
+    """The best constant policy (one move every turn) on the run's held-out tasks, played in the env: the number
+    every held-out success of the run stands beside. None when the run's env has no four moves."""
+    from benchmarks.real_model.board_dependence import constant_outcomes
+    from erl_agents.envs import make_env
+    from erl_agents.evaluate import eval_tasks
+
+    env_kwargs = config.get("env_kwargs", {})
+    tasks = eval_tasks(config["env"], env_kwargs, config.get("eval_set", "auto"), config.get("eval_tasks", 100))
+    kwargs = {**env_kwargs, **config.get("eval_env_kwargs", {})}
+    if not getattr(make_env(config["env"], kwargs).unwrapped, "valid_actions", None):
+        return None
+    outcomes = constant_outcomes(lambda: make_env(config["env"], kwargs), tasks)
+    name = max(outcomes, key=lambda a: sum(outcomes[a]))
+    return name, sum(outcomes[name]), len(tasks)
+
+
 def machine_lines(folder: Path) -> list[str]:
-    """The load the runs shared the machine with, and the untrained policy's first move (reflection_lift.json)."""
+    """The load the runs shared the machine with, and the board dependence of each policy measured
+    (board_dependence/*.json beside the report)."""
     lines = []
     if (folder / "load.jsonl").exists():
         loads = sorted(json.loads(line)["load1"] for line in (folder / "load.jsonl").read_text().splitlines()
                        if line.strip())
         lines.append(f"Machine load while the runs went on (1-minute load average, sampled every minute, "
-                     f"{len(loads)} samples): median {loads[len(loads) // 2]:.1f}, "
+                     f"{len(loads)} samples): median {statistics.median(loads):.1f}, "
                      f"range {loads[0]:.1f}-{loads[-1]:.1f}, "
                      "on 2 CPUs shared with other jobs; each run had one torch thread.")
-    lift = folder.parent / "reflection_lift.json"
-    games = json.loads(lift.read_text()) if lift.exists() else []
-    for game in games:
-        moves = game.get("first_move")
-        if moves:
-            names = [a.strip("`") for a in moves["actions"]]
+    boards = folder.parent / "board_dependence"
+    if boards.is_dir() and any(boards.glob("*.json")):
+        from benchmarks.real_model.board_dependence import load_runs, summarise
+
+        for label, run in load_runs(boards).items():
+            x = summarise(run)
             lines.append(
-                f"The untrained policy under this protocol ([reflection_lift.md](reflection_lift.md)), first move on "
-                f"the {moves['maps']} small paper test maps: " + ", ".join(
-                    f"P({n}) {p:.2f}" for n, p in zip(names, moves["mean_probability"]))
-                + f"; entropy {moves['entropy_bits']:.2f} bits of 2; the most likely move's share "
-                f"{moves['top_share']:.2f} on average (a policy playing one move whatever the board would show "
-                "1.00 and 0 bits).")
+                f"Board dependence of the `{label}` policy ([board_dependence.md](board_dependence.md), the "
+                f"{x['maps']} small paper test maps): a shortest-path first move with probability {x['sp_exact']:.3f} "
+                f"against a uniform policy's {x['uniform']:.3f}; mutual information between board and first move "
+                f"{x['mutual_information_bits']:.3f} bits (of 2); {x['repeat']} of the {x['longer']} sampled episodes "
+                f"longer than one move repeat one move to the step limit; the best constant policy (always "
+                f"{x['best']}) reaches {x['constant'][x['best']]}/{x['maps']} maps, the policy's sampled episodes "
+                f"{x['successes']}/{x['episodes']}.")
     return lines + ([""] if lines else [])
 
 

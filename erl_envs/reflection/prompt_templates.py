@@ -25,7 +25,6 @@ one line naming the file and the problem.
 from __future__ import annotations
 
 import fnmatch
-import json
 import string
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any, Iterator, Mapping
 from erl_envs.grid import prompts as grid_prompts
 from erl_envs.qa import prompts as qa_prompts
 from erl_envs.reflection import prompts as reflection_prompts
-from erl_envs.safe_parse import loads_json, loads_yaml, read_text_limited
+from erl_envs.safe_parse import load_data_file
 
 __all__ = ["SHIPPED_FILE", "MAX_FILE_BYTES", "template_names", "template_fields", "is_formatted", "project_templates",
            "load_templates", "apply_templates", "dump_templates"]
@@ -224,23 +223,8 @@ def _check(name: str, template: str, source: str) -> None:
 def load_templates(path: str | Path) -> dict[str, str]:
     """The templates of a YAML (``.yaml``/``.yml``) or JSON (``.json``) file: nested mappings whose leaves are the
     texts, flattened to dotted names; every name and field is checked against the project's templates."""
-    path = Path(path)
-    source = f"prompts file {path}"
-    if path.suffix not in (".yaml", ".yml", ".json"):
-        raise ValueError(f"{source} must end in .yaml, .yml or .json")
-    if not path.is_file():
-        raise FileNotFoundError(f"{source} does not exist")
-    try:
-        text = read_text_limited(path, MAX_FILE_BYTES, "prompts file")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if path.suffix == ".json":
-        try:
-            data = loads_json(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    else:
-        data = loads_yaml(text, source)
+    source = f"prompts file {Path(path)}"
+    data = load_data_file(path, "prompts file", MAX_FILE_BYTES)
     flat = _flatten({} if data is None else data, source)
     for name, template in flat.items():
         _check(name, template, source)
