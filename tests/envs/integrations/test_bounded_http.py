@@ -116,10 +116,12 @@ class _QuietServer(ThreadingHTTPServer):
 
 
 class HostileServer:
-    def __init__(self, behaviour, target: str = "/info"):
+    def __init__(self, behaviour, target: str = "/info", tls=None):
         self.server = _QuietServer(("127.0.0.1", 0), _Hostile)
+        if tls is not None:  # an ssl.SSLContext: serve https
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.server.behaviour, self.server.target = behaviour, target
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "HostileServer":
@@ -230,3 +232,51 @@ def test_a_step_of_the_wrong_shape_is_one_line_too():
         with pytest.raises(RemoteEnvError) as caught:
             env.step("a")
     assert "malformed reply to POST /sessions/{id}/step: observation.text is a number" in str(caught.value)
+
+
+def _self_signed(folder) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, as PEM files in ``folder``."""
+    import datetime
+    import ipaddress
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+@pytest.mark.parametrize("behaviour", ["honest", "trickle"])
+def test_the_deadline_holds_over_tls_too(tmp_path, monkeypatch, behaviour):
+    """Over https the reads go through the TLS socket: it is bounded by the same deadline."""
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the client trusts this one certificate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    with HostileServer(trickle(1.0) if behaviour == "trickle" else reply(json.dumps(RESULT)), "/reset",
+                       tls=context) as server:
+        env = RemoteEnv(server.url, timeout=2)
+        started = time.monotonic()
+        if behaviour == "honest":
+            assert env.reset(seed=0) == ("hello", {}) and env.step("a")[0] == "hello"
+        else:
+            with pytest.raises(RemoteEnvError, match="did not answer POST /sessions/abc/reset within the 2 s"):
+                env.reset(seed=0)
+            assert time.monotonic() - started < 4.0
