@@ -75,6 +75,13 @@ class TrainConfig:
     constrained_actions: bool = False  # restrict replies to the env's valid action strings when it declares them
     max_seq_len: int = 8192  # a conversation reaching this stops generating; its remaining turns are empty replies
     kv_reuse: bool = True  # keep each conversation's KV cache across turns (same samples; off re-reads every turn)
+    # --- the generation engine (erl_agents.engines) ---
+    engine: str = "auto"  # hf (transformers generate), vllm (colocated vllm.LLM), auto: vllm where installed, not tiny
+    vllm_gpu_memory_utilization: float = 0.0  # share of GPU memory vLLM may take; 0 = vLLM's default (0.9)
+    vllm_tensor_parallel_size: int = 1  # GPUs each rank's engine shards the model over
+    vllm_kv_cache_gb: float = 0.0  # vLLM's KV cache; 0 = from the memory share on a GPU, 2 GiB on the CPU backend
+    vllm_sleep_mode: bool = True  # on GPUs: vLLM's weights and KV cache leave the GPU during the update
+    logprob_check: bool = True  # log rollout/logprob_abs_diff: |engine - trainer| log-probs of the sampled tokens
     # --- the update ---
     lr: float = 1e-6  # AdamW learning rate (paper: 1e-6)
     weight_decay: float = 0.01
@@ -261,6 +268,13 @@ RULES: dict[str, Rule] = {
     "response_budget": _off_or_more(_MANY_TOKENS),
     "constrained_actions": _FLAG,
     "kv_reuse": _FREE_FLAG,  # the same samples either way: a speed switch
+    "engine": _one_of("auto", "hf", "vllm", resume="free"),
+    "vllm_gpu_memory_utilization": Rule(float, "0 (vLLM's default) or a share in (0, 1]", lambda v: 0 <= v <= 1,
+                                        resume="free"),
+    "vllm_tensor_parallel_size": _at_least(1, 1024, resume="free"),
+    "vllm_kv_cache_gb": _off_or_more(kind=float, resume="free"),
+    "vllm_sleep_mode": _FREE_FLAG,
+    "logprob_check": _FREE_FLAG,
     "max_seq_len": _at_least(2, _MANY_TOKENS),
     "lr": _positive(),
     "weight_decay": _off_or_more(kind=float),

@@ -19,6 +19,7 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
+from erl_agents.engines import Engine
 from erl_agents.models import Policy
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 
@@ -177,7 +178,7 @@ def eval_overlap_problem(train_env: gym.Env, eval_env: gym.Env) -> str | None:
 
 
 def evaluate(
-    policy: Policy,
+    policy: Engine | Policy,
     envs: Sequence[gym.Env],
     tasks: Sequence[Task],
     samples: int,
@@ -189,7 +190,8 @@ def evaluate(
     progress: bool = False,
 ) -> dict[str, float]:
     """Success rate and mean return of first attempts, ``samples`` per task, in chunks of ``len(envs)`` episodes
-    (``response_budget``: as in training, see ``run_episodes``).
+    (``response_budget``: as in training, see ``run_episodes``), sampled by ``policy``: a generation engine, or a
+    bare ``Policy`` (the hf engine).
 
     ``progress`` shows a bar of episodes played (it moves once per chunk) with an ETA: a real model's evaluation
     can take many minutes.

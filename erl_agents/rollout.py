@@ -68,6 +68,7 @@ class Trajectory:
     response_cut: bool = False  # its attempt was ended by the response budget (run_episodes' response_budget)
     teacher_tokens: list[int] | None = None  # reverse-KL consolidation: the same tokens under the reflected context
     teacher_offset: int = 0  # position of token i of `tokens` in `teacher_tokens` is i + teacher_offset
+    sampled: bool = True  # its model tokens were sampled by the engine (False: supervised rows, e.g. a teacher's)
     advantage: float = 0.0
 
     @property

@@ -29,6 +29,7 @@ from erl_agents.accelerator import (autocast, grad_scaler, peak_memory_gb, reset
 from erl_agents.batch import assign_advantages, distillation_prompt, reflection_repeats, training_rows
 from erl_agents.config import TrainConfig, config_to_dict
 from erl_agents.distributed import World, place_pool_episodes, shard_bounds, sync_memory
+from erl_agents.engines import Engine, resolve_engine
 from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_data_warnings, training_tasks
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
@@ -38,6 +39,8 @@ from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, lo
 from erl_agents.decoding import reflection_prefill
 from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, run_episodes
 from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
+from erl_agents.sharding import (full_state_dict, gathered, load_sharded_state, save_sharded_state, shard_model,
+                                 sharded_grad_scaler)
 from erl_agents.tracking import Trackers, open_trackers
 from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
 from erl_envs.reflection.prompt_block import reflection_char_limit
@@ -70,6 +73,7 @@ class Trainer:
         self.writer = RunWriter(config.output, enabled=is_main_process and self.world.is_main)
         # One run per folder: a second one would interleave metrics and race on checkpoint names.
         self._lock = RunLock(config.output) if self.writer.enabled else None
+        self.engine: Engine | None = None  # samples the rollouts (erl_agents.engines); built last in _build
         self.trackers = Trackers()  # --report-to: copies of each metrics row (opened once the run is built)
         self._replaced_prompts: dict | None = None  # --prompts: the wording the file replaced, put back by close()
         try:
@@ -154,12 +158,21 @@ class Trainer:
         elif config.kl_coef > 0:
             self.ref_model = self._load_policy(reference=True).model.to(self.device).eval()
             self.ref_model.requires_grad_(False)
+        # --sharding fsdp under torchrun: the policy and the reference are sharded over the ranks (erl_agents.sharding),
+        # before the optimizer is built on the shards. One process has nothing to shard.
+        self.sharded = self.world.enabled and config.sharding == "fsdp"
+        if self.sharded:
+            shard_model(self.policy.model, self.precision, self.device, config.offload)
+            if self.ref_model is not None and self.ref_model is not self.policy.model:
+                shard_model(self.ref_model, self.precision, self.device, config.offload, frozen=True)
         if self.world.rank:
             # Same initial weights on every rank (above), different sampling streams from here on.
             torch.manual_seed(config.seed + 1_000_003 * self.world.rank)
         self.optimizer = torch.optim.AdamW([p for p in self.policy.model.parameters() if p.requires_grad], lr=config.lr,
                                            betas=(0.9, config.adam_beta2), weight_decay=config.weight_decay)
         self.scaler = grad_scaler(self.precision, self.device)  # fp16 only: loss scaling
+        if self.scaler is not None and self.sharded:
+            self.scaler = sharded_grad_scaler(self.device)
         warmup = max(config.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
@@ -183,11 +196,32 @@ class Trainer:
         # What the update trains through: the policy itself, or under data parallel a DDP wrapper that all-reduces
         # its gradients (DDP also broadcasts rank 0's weights here, so every rank starts identical).
         self.train_model = self.policy.model
-        if self.world.enabled:
+        if self.world.enabled and not self.sharded:
             self.train_model = DistributedDataParallel(
                 TokenScorer(self.policy.model), device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        # The generation engine, last: it serves the weights the run starts from (a resumed run's included).
+        self.engine = self._build_engine()
 
     # --- setup ---
+
+    def _build_engine(self) -> Engine:
+        """The engine ``--engine`` names (``auto``: vLLM where installed and serving the model, else hf). Under
+        torchrun each rank drives its own engine on its block of tasks."""
+        from erl_agents.engines.hf import HFEngine
+
+        cfg = self.config
+        name, why = resolve_engine(cfg.engine, cfg.model)
+        self.engine_name = name
+        self.writer.write_json("engine.json", {"engine": name, "asked": cfg.engine, "why_not_vllm": why})
+        if name == "hf":
+            return HFEngine(self.policy, kv_reuse=cfg.kv_reuse)
+        from erl_agents.engines.vllm import VLLMEngine
+
+        folder = Path(cfg.output) / "engine_model" / f"rank{self.world.rank}"
+        return VLLMEngine(self.policy, folder, dtype=_DTYPE_NAMES[self.precision.compute or torch.float32],
+                          max_model_len=cfg.max_seq_len, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                          tensor_parallel_size=cfg.vllm_tensor_parallel_size, kv_cache_gb=cfg.vllm_kv_cache_gb,
+                          seed=cfg.seed + 1_000_003 * self.world.rank, sleep_mode=cfg.vllm_sleep_mode)
 
     def _make_env(self, env_kwargs: dict) -> gym.Env:
         """One env of the run; with a response budget, wrapped so that the rollout can end an attempt."""
@@ -319,6 +353,9 @@ class Trainer:
         """Release the run folder for the next run (``train`` does this itself), and put back the prompt wording a
         ``prompts`` file replaced."""
         self.trackers.close()
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
         if self._replaced_prompts is not None:
             apply_templates(self._replaced_prompts)
             self._replaced_prompts = None
@@ -361,8 +398,8 @@ class Trainer:
             self.policy.model.eval()
             memory_updates = self.memory.updates if self.memory is not None else 0
             pool_start = place_pool_episodes(self.memory, self.world, self.task_range[0] * self.group_size)
-            with autocast(self.device, self.precision.compute):
-                episodes = run_episodes(self.policy, self.train_envs, resets, tasks, sampling, reflect_sampling,
+            with autocast(self.device, self.precision.compute), gathered(self.policy.model):
+                episodes = run_episodes(self.engine, self.train_envs, resets, tasks, sampling, reflect_sampling,
                                         constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len, table=table,
                                         timing=timing, mask_truncated=cfg.mask_truncated,
                                         time_limit=cfg.episode_time_limit, token_limit=cfg.episode_token_limit,
@@ -377,8 +414,9 @@ class Trainer:
             # 2. Advantages: GRPO per (task, role); distilled copies max(r2, 0).
             assign_advantages(trajectories, cfg)
 
-            # 3-4. Loss and update.
+            # 3-4. Loss and update; then the engine serves the new weights.
             clock = time.perf_counter()
+            self.engine.sleep()
             try:
                 update = policy_update(self.train_model, self.optimizer, self.scheduler, trajectories, table, cfg,
                                        self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world,
@@ -388,6 +426,9 @@ class Trainer:
                     f"stopping at step {self.step}: {exc}; the step was not saved, so resume from the checkpoints in "
                     f"{Path(cfg.output) / 'checkpoints'} with a lower --lr (--resume --resume-changes lr)") from None
             timing["update"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            self.engine.sync(self.policy.model)
+            timing["weight_sync"] = time.perf_counter() - clock
 
             # 5. Log (rollout metrics over all ranks; time/ keys are this machine's measurements).
             rollout = rollout_metrics(episodes, trajectories, self.memory)
@@ -429,8 +470,8 @@ class Trainer:
                 break
         if progress is not None:
             progress.close()
-        if cfg.save_final_model and self.writer.enabled:
-            save_folder(Path(cfg.output) / "final_model", self.policy.save)
+        if cfg.save_final_model:
+            self._save_final_model(Path(cfg.output) / "final_model")
         if self.writer.enabled:
             from erl_agents.plots import plot_learning_curves
 
@@ -468,14 +509,14 @@ class Trainer:
             if random_play:
                 solved = play_randomly(envs, resets, self.rng)
             else:
-                with autocast(self.device, self.precision.compute):
-                    episodes = run_episodes(self.policy, envs, resets, tasks, sampling,
+                with autocast(self.device, self.precision.compute), gathered(self.policy.model):
+                    episodes = run_episodes(self.engine, envs, resets, tasks, sampling,
                                             constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
                                             table=table, kv_reuse=cfg.kv_reuse)
                 solved = [e.success for e in episodes]
                 generated = sum(e.generated_tokens for e in episodes)
             rows = teacher_rows(self.policy, captures, prefix, stop, cfg.max_seq_len)
-            with autocast(self.device, self.precision.compute):
+            with autocast(self.device, self.precision.compute), gathered(self.policy.model):
                 nll = teacher_nll(self.policy, rows, cfg.micro_batch_size)
             if cfg.warmup_lr:
                 for group in self.optimizer.param_groups:
@@ -483,6 +524,7 @@ class Trainer:
             update = policy_update(self.train_model, self.optimizer, self.scheduler, rows, table, cfg,
                                    self.policy.tokenizer.pad_token_id, self.ref_model, self.rng, world=self.world,
                                    scaler=self.scaler)
+            self.engine.sync(self.policy.model)
             for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
                 group["lr"] = lr  # the schedule's rate again (an update without rows does not step the schedule)
             # Sums over ranks (no-ops without data parallel); the NLL is weighted by each rank's teacher tokens.
@@ -505,9 +547,10 @@ class Trainer:
         # Evaluation draws from its own RNG stream, so evaluating (or not) never changes the training run.
         # Under data parallel each rank evaluates its block of the held-out tasks and the results are merged.
         tasks = self.world.shard(self.eval_tasks)
-        with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision.compute):
+        with torch.random.fork_rng(devices=[]), autocast(self.device, self.precision.compute), \
+                gathered(self.policy.model):
             torch.manual_seed(cfg.seed * 1_000_003 + self.step + 7_919 * self.world.rank)
-            result = evaluate(self.policy, self.eval_envs, tasks, cfg.eval_samples, sampling,
+            result = evaluate(self.engine, self.eval_envs, tasks, cfg.eval_samples, sampling,
                               constrained=cfg.constrained_actions, max_seq_len=cfg.max_seq_len,
                               kv_reuse=cfg.kv_reuse, response_budget=cfg.response_budget,
                               progress=cfg.progress and self.writer.enabled) if tasks else None
@@ -546,6 +589,18 @@ class Trainer:
     def save(self) -> None:
         # Every rank's RNG streams go into rank 0's checkpoint, so a resumed run continues each rank exactly.
         rank_rng = self.world.gather(ckpt.rng_state(self.rng)) if self.world.enabled else None
+        folder = Path(self.config.output) / "checkpoints"
+        if self.sharded:
+            # Every rank writes its shards of the weights (with LoRA the adapters only) and of AdamW's state.
+            lora = is_lora(self.policy.model)
+
+            def write_shards(shards: Path) -> dict:
+                return {"optimizer_groups": save_sharded_state(shards, self.policy.model, self.optimizer, lora)}
+
+            payload = self._run_state(rank_rng) if self.writer.enabled else None
+            ckpt.save_sharded_checkpoint(folder, self.step, write_shards, payload, self.world,
+                                         self.config.keep_checkpoints)
+            return
         if not self.writer.enabled:
             return
         payload = {
@@ -553,6 +608,13 @@ class Trainer:
             "model": adapter_state_dict(self.policy.model) if is_lora(self.policy.model)
             else self.policy.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            **self._run_state(rank_rng),
+        }
+        ckpt.save_checkpoint(folder, self.step, payload, self.config.keep_checkpoints)
+
+    def _run_state(self, rank_rng: list | None) -> dict:
+        """Everything a checkpoint holds besides the weights and the optimizer's state."""
+        payload = {
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": ckpt.rng_state(self.rng),
@@ -565,7 +627,23 @@ class Trainer:
         }
         if rank_rng is not None:
             payload["rank_rng"] = rank_rng
-        ckpt.save_checkpoint(Path(self.config.output) / "checkpoints", self.step, payload, self.config.keep_checkpoints)
+        return payload
+
+    def _save_final_model(self, path: Path) -> None:
+        """``final_model/``, a Hugging Face folder (with LoRA, the adapter) that ``from_pretrained`` loads; a sharded
+        model is gathered first, on every rank, and rank 0 writes it."""
+        state = full_state_dict(self.policy.model, trainable_only=is_lora(self.policy.model)) if self.sharded else None
+        if not self.writer.enabled:
+            return
+        if state is None:
+            save_folder(path, self.policy.save)
+            return
+
+        def save(folder: str) -> None:
+            self.policy.model.save_pretrained(folder, state_dict=state)
+            self.policy.tokenizer.save_pretrained(folder)
+
+        save_folder(path, save)
 
     def _latest_state(self) -> dict:
         """The newest checkpoint that verifies; a corrupt or unfinished newer one is skipped with a warning."""
@@ -577,15 +655,23 @@ class Trainer:
 
     def _resume(self, state: dict) -> None:
         """Weights, optimizer, schedule, RNGs, metrics (the memory was restored before the wrappers were built)."""
-        try:
-            if is_lora(self.policy.model):
-                load_adapter_state_dict(self.policy.model, state["model"])
-            else:
-                self.policy.model.load_state_dict(state["model"])
-        except (RuntimeError, KeyError, TypeError) as exc:  # torch names every mismatched tensor, over many lines
-            raise ValueError(f"the checkpoint's weights do not fit this run's model "
-                             f"({' '.join(str(exc).split())[:300]})") from exc
-        self.optimizer.load_state_dict(state["optimizer"])
+        lora = is_lora(self.policy.model)
+        if "shards" in state:
+            # A sharded run's checkpoint, read by any number of ranks, sharded or not.
+            load_sharded_state(state["shards"], self.policy.model, self.optimizer, state["optimizer_groups"], lora)
+        elif self.sharded:
+            raise ValueError("the checkpoint holds the whole state of an unsharded run: resume it with --sharding ddp "
+                             "(its next checkpoint can then be resumed with --sharding fsdp)")
+        else:
+            try:
+                if lora:
+                    load_adapter_state_dict(self.policy.model, state["model"])
+                else:
+                    self.policy.model.load_state_dict(state["model"])
+            except (RuntimeError, KeyError, TypeError) as exc:  # torch names every mismatched tensor, many lines
+                raise ValueError(f"the checkpoint's weights do not fit this run's model "
+                                 f"({' '.join(str(exc).split())[:300]})") from exc
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])

@@ -24,7 +24,7 @@ from erl_agents.sharding import clip_gradients, compute_device, is_sharded, root
 from erl_agents.rollout import ConstraintTable, Trajectory
 
 __all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
-           "row_temperatures", "policy_update"]
+           "row_temperatures", "sampled_rows", "logprob_gap", "policy_update"]
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -244,6 +244,38 @@ def _old_log_probs(model, batch, table, config, pad_id, world: World) -> dict[in
     return out
 
 
+def sampled_rows(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
+    """Rows whose model tokens the engine sampled in exactly this context, so its log-probs are comparable with the
+    trainer's: not the distilled copies (scored under another prompt) nor supervised rows (no sampling log-probs)."""
+    unique = {id(t): t for t in trajectories}.values()
+    return [t for t in unique if t.num_model_tokens > 0 and t.role != "distilled" and t.teacher_tokens is None
+            and t.sampled]
+
+
+@torch.no_grad()
+def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig, pad_id: int,
+                world: World, old: dict | None = None) -> tuple[float, float]:
+    """The generation engine against the trainer before the update: mean and max of |engine log-prob - trainer
+    log-prob| over the sampled tokens (verl's rollout-vs-actor check). A missed weight sync, a wrong chat template or
+    a wrong temperature shows here at once. ``old`` holds rows already scored (their old log-probs); the rest get
+    one no-grad pass. Under data parallel the figures cover every rank's rows."""
+    rows = sampled_rows(trajectories)
+    missing = [t for t in rows if old is None or id(t) not in old]
+    scored = dict(old or {})
+    if world.any(bool(missing)):
+        scored.update(_old_log_probs(model, missing, table, config, pad_id, world))
+    total, count, largest = 0.0, 0, 0.0
+    for t in rows:
+        engine = torch.tensor([lp for lp, m in zip(t.logprobs[1:], t.mask[1:]) if m], dtype=torch.float32)
+        gap = (engine - scored[id(t)].float()).abs()
+        total, count = total + float(gap.sum()), count + len(gap)
+        largest = max(largest, float(gap.max())) if len(gap) else largest
+    if world.enabled:
+        total, count = world.sum([total, float(count)])
+        largest = world.max(largest)
+    return (total / count if count else float("nan")), largest
+
+
 def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, world: World,
                    rng: np.random.Generator | None = None, shuffle: bool = False) -> list[list[Trajectory]]:
     """The mini-batches of one PPO epoch; each is one optimizer step.
@@ -307,6 +339,10 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     if updates > 1 and world.any(bool(needed)):
         with autocast(device, precision):
             old = _old_log_probs(_inner(model), needed, table, config, pad_id, world)
+    if config.logprob_check:
+        with autocast(device, precision):
+            stats["rollout/logprob_abs_diff"], stats["rollout/logprob_abs_diff_max"] = logprob_gap(
+                _inner(model), trajectories, table, config, pad_id, world, old)
     sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
     losses, norms = [], []
     model.train()

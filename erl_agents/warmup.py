@@ -156,7 +156,7 @@ def teacher_rows(policy: Policy, captures: Sequence[TeacherCapture], prefix: str
             role="reflection", task=index, episode=index, tokens=context + reply,
             mask=[0] * len(context) + [1] * len(reply), logprobs=[0.0] * (len(context) + len(reply)),
             constraints=[-1] * (len(context) + len(reply)), prompt_len=len(context),
-            system_prompt=request.system_prompt, first_observation=request.text, advantage=1.0,
+            system_prompt=request.system_prompt, first_observation=request.text, advantage=1.0, sampled=False,
         ))
     return rows
 

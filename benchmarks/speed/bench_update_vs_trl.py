@@ -93,7 +93,8 @@ def run_ours(spec: dict) -> dict:
 
     from erl_agents.config import TrainConfig
     from erl_agents.models import load_policy
-    from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory, generate_replies
+    from erl_agents.engines.hf import generate_replies
+    from erl_agents.rollout import ConstraintTable, SamplingParams, Trajectory
     from erl_agents.batch import assign_advantages
     from erl_agents.update import policy_update
 

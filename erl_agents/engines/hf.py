@@ -20,6 +20,7 @@ from transformers.generation import GenerateDecoderOnlyOutput
 
 from erl_agents.decoding import ActionTrie, ConstraintTable, StopString, TrieConstraint, stop_string_end
 from erl_agents.engines.base import Engine, Reply, SamplingParams
+from erl_agents.engines.weights import engine_weights
 from erl_agents.models import Policy
 
 __all__ = ["HFEngine", "CachedPrefix", "generate_replies"]
@@ -220,15 +221,14 @@ class HFEngine(Engine):
                                 prefixes=prefixes if self.hands_back_prefixes else None, stop_string=stop_string)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.policy.model.named_parameters())
-        buffers = dict(self.policy.model.named_buffers())
+        targets = self.policy.model.state_dict(keep_vars=True)  # tied weights under each of their names
         with torch.no_grad():
             for name, tensor in weights:
-                target = params.get(name, buffers.get(name))
+                target = targets.get(name)
                 if target is None:
                     raise KeyError(f"the hf engine's model has no weight named {name!r}")
                 target.copy_(tensor)
 
     def sync(self, model: torch.nn.Module) -> None:
         if model is not self.policy.model:
-            self.load_weights(model.state_dict().items())
+            self.load_weights(engine_weights(model))

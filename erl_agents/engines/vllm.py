@@ -30,7 +30,7 @@ import torch
 
 from erl_agents.decoding import ActionTrie, ConstraintTable, stop_string_end
 from erl_agents.engines.base import Engine, Reply, SamplingParams
-from erl_agents.engines.weights import engine_weights, write_weights
+from erl_agents.engines.weights import architecture_of, engine_weights, write_weights
 from erl_agents.models import PACKAGED_MODELS, Policy
 
 __all__ = ["VLLMEngine", "vllm_problem", "DEFAULT_CPU_KV_CACHE_GB"]
@@ -134,7 +134,8 @@ class VLLMEngine(Engine):
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.on_cpu = not torch.cuda.is_available()
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_weights(self.folder, engine_weights(policy.model), policy.model.config, self.dtype)
+        self.architecture = architecture_of(policy.model)
+        write_weights(self.folder, engine_weights(policy.model), policy.model.config, self.dtype, self.architecture)
         policy.tokenizer.save_pretrained(str(self.folder))
         kwargs = dict(model=str(self.folder), tokenizer=str(self.folder), dtype=dtype, seed=seed,
                       max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
@@ -215,7 +216,7 @@ class VLLMEngine(Engine):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": converted,
                                                               "is_checkpoint_format": True})
         else:
-            write_weights(self.folder, weights, self.policy.model.config, self.dtype)
+            write_weights(self.folder, weights, self.policy.model.config, self.dtype, self.architecture)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(self.folder),
                                                               "is_checkpoint_format": True})
         if self.on_cpu:

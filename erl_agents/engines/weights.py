@@ -14,7 +14,7 @@ from typing import Iterable, Iterator
 
 import torch
 
-__all__ = ["unwrap", "engine_weights", "write_weights", "WEIGHTS_FILE"]
+__all__ = ["unwrap", "engine_weights", "architecture_of", "write_weights", "WEIGHTS_FILE"]
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -72,11 +72,18 @@ def _merged_lora_weights(peft_model: torch.nn.Module) -> Iterator[tuple[str, tor
                 yield f"{name}.bias", layer.base_layer.bias.detach()
 
 
+def architecture_of(model: torch.nn.Module) -> str:
+    """The class name a Hugging Face config lists under ``architectures`` (what serving engines dispatch on)."""
+    model = unwrap(model)
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(model).__name__
+
+
 def write_weights(folder: str | os.PathLike, weights: Iterable[tuple[str, torch.Tensor]], config,
-                  dtype: torch.dtype) -> Path:
+                  dtype: torch.dtype, architecture: str = "") -> Path:
     """Write ``weights`` in ``dtype`` as ``folder/model.safetensors`` (through a temporary file, so a reader never
-    sees half a file) with the model's ``config.json``; a tied output head is left out, as ``save_pretrained``
-    leaves it."""
+    sees half a file) with the model's ``config.json`` (naming ``architecture`` when the config names none, as a
+    model built in code); a tied output head is left out, as ``save_pretrained`` leaves it."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -92,5 +99,7 @@ def write_weights(folder: str | os.PathLike, weights: Iterable[tuple[str, torch.
     settings = config.to_dict()
     settings["torch_dtype"] = settings["dtype"] = str(dtype).removeprefix("torch.")
     settings.pop("quantization_config", None)  # a GGUF-loaded model's weights are written dequantised
+    if not settings.get("architectures") and architecture:
+        settings["architectures"] = [architecture]
     (folder / "config.json").write_text(json.dumps(settings, indent=1, default=str))
     return folder

@@ -468,7 +468,7 @@ def test_valid_actions_must_be_non_empty_strings():
 
 
 def test_a_cache_without_full_layers_is_refused_by_name():
-    from erl_agents.rollout import _cache_layers
+    from erl_agents.engines.hf import _cache_layers
 
     with pytest.raises(ValueError, match="got object; set kv_reuse false"):
         _cache_layers(object())
@@ -477,7 +477,7 @@ def test_a_cache_without_full_layers_is_refused_by_name():
 def test_prefixes_from_different_generate_calls_are_stacked_from_their_own_caches():
     """A batch can hold conversations last read by different calls (e.g. after a reflection): each row's keys and
     values come from its own call's cache, right-aligned, the padding repeating its first position."""
-    from erl_agents.rollout import CachedPrefix, _stack_prefixes
+    from erl_agents.engines.hf import CachedPrefix, _stack_prefixes
 
     a_keys = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).reshape(2, 1, 3, 2)
     b_keys = 100 + torch.arange(1 * 1 * 4 * 2, dtype=torch.float32).reshape(1, 1, 4, 2)
