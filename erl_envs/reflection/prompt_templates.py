@@ -209,6 +209,8 @@ def _check(name: str, template: str, source: str) -> None:
         return
     try:
         parts = _fields(template)
+        # A format spec may hold fields of its own ("{average:{width}}"): those are checked too.
+        parts += [part for _, _, spec, _ in parts if spec and "{" in spec for part in _fields(spec)]
     except ValueError as exc:
         raise ValueError(f"{source}: template {name!r} is not a valid format string ({exc}); write a literal brace "
                          "as {{ or }}") from None

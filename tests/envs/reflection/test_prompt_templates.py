@@ -119,6 +119,8 @@ def test_a_file_of_other_wording_reaches_every_env_built_after_it_and_is_put_bac
     ({"reflection": {"small": {"no_move": 5}}}, "reflection.small.no_move must be a template's text or a mapping of "
                                                  "names, got int"),
     ({"reflection": {"lenient": {"request": "{trace"}}}, "is not a valid format string"),
+    ({"reflection": {"paper": {"metrics": "{average:{width}}"}}}, "uses the field {width}"),
+    ({"reflection": {"paper": {"metrics": "{average.__class__}"}}}, "uses the field {average.__class__}"),
     (["grid"], "the file must hold a mapping of template names, got list"),
     ({"grid": {"a.b": "x"}}, "'a.b' under grid is not a template name part"),
 ])
