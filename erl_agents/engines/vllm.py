@@ -75,6 +75,18 @@ def _architectures_of(model: str) -> list[str]:
     return []
 
 
+def _check_cpu_head_size(config) -> None:
+    """vLLM's CPU attention has kernels for some head sizes only; another size fails deep in the first forward."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in supported:
+        raise ValueError(f"vLLM's CPU attention supports head sizes {', '.join(map(str, supported))}; this model's is "
+                         f"{head} (use --engine hf, or for the tiny model a --tiny-hidden / --tiny-heads ratio it "
+                         "supports)")
+
+
 def _prepare_vllm_import() -> None:
     """In-process engine core, and vLLM's model-inspection subprocess started through erl_agents (whose import
     hides torch extensions that cannot load: ``erl_agents.torch_extensions``)."""
@@ -133,6 +145,8 @@ class VLLMEngine(Engine):
         self.folder = Path(folder)
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.on_cpu = not torch.cuda.is_available()
+        if self.on_cpu:
+            _check_cpu_head_size(policy.model.config)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.architecture = architecture_of(policy.model)
         write_weights(self.folder, engine_weights(policy.model), policy.model.config, self.dtype, self.architecture)
