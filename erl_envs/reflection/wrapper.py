@@ -161,8 +161,9 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     2. When attempt 1 ends: if it succeeded (the env's ``info["success"]`` on its last step when the env reports
        it, else ``return >= gate_threshold``) the episode ends there. Otherwise the episode goes on (``terminated``
        and ``truncated`` are False) and ``obs`` is the reflection request: the base prompt (the memory's prompt if
-       there is one, else the initial instructions), the trace (each step's observation, action, reward, whether it
-       took effect, done flag, one-line comment), the return and the episode feedback line.
+       there is one, else the initial instructions; under the grid games' paper set the reference's initial prompt,
+       which for Sokoban lacks the push-rule reminder its attempts see), the trace (each step's observation, action,
+       reward, whether it took effect, done flag, one-line comment), the return and the episode feedback line.
     3. ``reflect``: the action is the reflection text (reward 0.0). The new system prompt is the last non-empty
        ``<prompt>...</prompt>`` block (``memory_rule="paper"``: the first block, empty meaning none); if there is
        none, the base prompt is used and ``info["reflection_fallback"]`` says so. With a ``reflector`` the wrapper
