@@ -23,8 +23,9 @@ every text is valid UTF-8 (lone surrogates from a model's reply are replaced).
 Bounds (docs/guarantees.md lists them with their defaults): bodies over ``--max-body-bytes`` (413) or slower than
 ``--request-timeout`` (408), connections that send no complete request within ``--request-timeout``, reset options
 nested deeper than ``MAX_OPTION_DEPTH``, sessions beyond ``--max-sessions`` (503, exact under concurrent creation),
-and requests for a host name the server was not given or from a page of another site (403, ``http_limits``); what one reset may cost is bounded by the envs themselves
-(map and level sizes checked before any work, a solver budget for what reset options ask). Errors are JSON
+and requests for a host name the server was not given or from a page of another site (403, ``http_limits``); what
+one reset may cost is bounded by the envs themselves (map and level sizes checked before any work, a solver budget
+for what reset options ask). Errors are JSON
 ``{"error": "..."}`` lines that name the problem: unknown route or expired session (404), method not allowed (405),
 step before reset or after the episode ended, or a busy session (409), malformed body or action (422), bad reset
 options (400), too many sessions (503); a 500 is a bug and keeps the connection open. Sessions idle for longer than

@@ -12,8 +12,9 @@ both are re-exported here.
 Every problem with the data raises ``DataError`` (a ValueError) or FileNotFoundError naming the file and the fix.
 Files may start with a UTF-8 byte-order mark; a name that is not a regular file (a directory, a FIFO, a device) is
 refused before it is read, a file larger than ``MAX_DATA_FILE_BYTES`` by its size, and a ``.jsonl`` line longer
-than ``MAX_RECORD_BYTES`` without being read whole; text is scrubbed of lone surrogates (``"\ud800"`` escapes), so questions and passages are UTF-8;
-supporting facts that do not match their question's own paragraphs are named in one warning at load.
+than ``MAX_RECORD_BYTES`` without being read whole; text is scrubbed of lone surrogates (``"\ud800"`` escapes), so
+questions and passages are UTF-8; supporting facts that do not match their question's own paragraphs are named in
+one warning at load.
 """
 
 from __future__ import annotations

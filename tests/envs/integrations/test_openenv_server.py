@@ -411,7 +411,8 @@ def test_a_rebound_host_name_gets_no_session_over_http_or_websocket():
     with InProcessServer(build_app("Test-Work-v0", allowed_hosts=("envs.example",))) as server:
         url, port = server.url, server.port
         rebound = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
-        for response in (requests.post(url + "/sessions", headers=rebound), requests.get(url + "/info", headers=rebound),
+        for response in (requests.post(url + "/sessions", headers=rebound),
+                         requests.get(url + "/info", headers=rebound),
                          requests.post(url + "/sessions", headers={"Host": f"evil.example:{port}"})):
             assert response.status_code == 403 and "--allowed-hosts evil.example" in response.json()["error"]
         assert requests.get(url + "/sessions").json()["active"] == 0
