@@ -82,6 +82,9 @@ PAPER_ENV_PROTOCOL: dict[str, dict[str, Any]] = {
     # precision, replies of up to 2,048 tokens in its solver's own loop, reflections of up to 8,192.
     "ERL-HotpotQA-v0": dict(ppo_mini_batch_size=32, eval_samples=1, dtype="float16", max_new_tokens=2048,
                             response_budget=0, reflect_max_new_tokens=8192),
+    # The grid games' reflections see the reference's trace (an unreadable reply as its action 0, no final board).
+    "ERL-FrozenLake-v0": dict(trace_rule="paper"),
+    "ERL-Sokoban-v0": dict(trace_rule="paper"),
 }
 # HotpotQA env arguments the paper's numbers assume (the env's defaults where not listed).
 PAPER_HOTPOTQA_ENV = dict(mode="open", protocol="paper", answer_extraction="paper", scoring="official", max_turns=5)

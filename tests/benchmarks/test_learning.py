@@ -66,6 +66,9 @@ def test_paper_numbers_stand_beside_runs_that_follow_the_papers_protocol(tmp_pat
     settings["trainer"] = {**settings["trainer"], "ppo_mini_batch_size": 0, "eval_samples": 2}
     table = compare.write_results(_fake_runs(), settings, tmp_path, "test")["table"].read_text()
     assert "(paper 0.86)" not in table and "eval_samples 2 (paper 4); ppo_mini_batch_size 0 (paper 64)" in table
+    config = compare.run_config(settings, "ERL-Sokoban-v0", "erl", 0, Path("unused"), 2)
+    config.trace_rule = "project"
+    assert "trace_rule 'project' (paper 'paper')" in compare.protocol_differences(config)
 
 
 def _hotpotqa_settings(train, held_out, **trainer):
