@@ -116,9 +116,15 @@ def gathered(model: nn.Module):
     for module in modules:
         module.unshard()
         module.set_reshard_after_forward(False, recurse=False)
+    # transformers' generate keeps every rank decoding until all ranks are done when it sees an FSDP model (torch
+    # marks the root for it): with every weight gathered there is nothing to wait for, and ranks call generate a
+    # different number of times.
+    managed = getattr(root, "_is_fsdp_managed_module", False)
+    root._is_fsdp_managed_module = False
     try:
         yield model
     finally:
+        root._is_fsdp_managed_module = managed
         for module in modules:
             module.reshard()
             # FSDP's defaults: the root stays gathered between its forward and backward, the layers do not.
@@ -188,12 +194,26 @@ def _lora_delta(layer: nn.Module, device: torch.device) -> torch.Tensor:
     return delta
 
 
+def _distinct(state: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``state``'s entries but the second name of a tied weight (the output head sharing the embeddings), which
+    would be gathered into a copy of its own and saved twice."""
+    seen = set()
+    for name, tensor in state.items():
+        local = _local(tensor)
+        memory = (local.data_ptr(), tuple(tensor.shape), tensor.dtype)
+        if local.numel() and memory in seen:
+            continue
+        seen.add(memory)
+        yield name, tensor
+
+
 def full_state_dict(model: nn.Module, trainable_only: bool = False) -> dict[str, torch.Tensor]:
     """The model's state dict with every sharded tensor gathered onto the CPU (a collective on every rank), under
-    the names ``model.state_dict()`` gives; ``trainable_only`` keeps the weights that train (a LoRA adapter)."""
+    the names ``model.state_dict()`` gives, a tied weight once; ``trainable_only`` keeps the weights that train
+    (a LoRA adapter)."""
     device = compute_device(model)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    return {name: _full(tensor, device).detach().cpu() for name, tensor in model.state_dict().items()
+    return {name: _full(tensor, device).detach().cpu() for name, tensor in _distinct(model.state_dict())
             if not trainable_only or name in trainable}
 
 
@@ -263,19 +283,28 @@ def _state_tensors(model: nn.Module, optimizer: torch.optim.Optimizer, trainable
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
     trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    tensors, seen = {}, set()
-    for name, t in model_state.items():
-        memory = (_local(t).data_ptr(), tuple(t.shape), t.dtype)
-        if (trainable_only and name not in trainable) or (_local(t).numel() and memory in seen):
-            continue  # a tied weight (the output head) is stored once, under its first name, and loads into both
-        seen.add(memory)
-        tensors[_MODEL + name] = t
+    # A tied weight is stored once, under its first name, and loads into both.
+    tensors = {_MODEL + name: t for name, t in _distinct(model_state) if not trainable_only or name in trainable}
     for name, entries in optimizer_state["state"].items():
         for key, value in entries.items():
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"the optimizer's state {key!r} of {name} is a {type(value).__name__}, not a tensor")
             tensors[f"{_OPTIMIZER}{name}/{key}"] = value
     return tensors, model_state, optimizer_state
+
+
+@contextlib.contextmanager
+def _checkpoint_io():
+    """``no_dist``: a run without torchrun writes and reads the checkpoint alone (said once here, not warned)."""
+    import warnings
+
+    import torch.distributed as dist
+
+    no_dist = not (dist.is_available() and dist.is_initialized())
+    with warnings.catch_warnings():
+        if no_dist:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield no_dist
 
 
 def save_sharded_state(folder, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -286,7 +315,9 @@ def save_sharded_state(folder, model: nn.Module, optimizer: torch.optim.Optimize
     import torch.distributed.checkpoint as dcp
 
     tensors, _, optimizer_state = _state_tensors(model, optimizer, trainable_only)
-    dcp.save(tensors, storage_writer=dcp.HuggingFaceStorageWriter(str(folder), save_distributed=True))
+    with _checkpoint_io() as no_dist:
+        dcp.save(tensors, storage_writer=dcp.HuggingFaceStorageWriter(str(folder), save_distributed=True),
+                 no_dist=no_dist)
     return optimizer_state["param_groups"]
 
 
@@ -300,7 +331,8 @@ def load_sharded_state(folder, model: nn.Module, optimizer: torch.optim.Optimize
 
     tensors, model_state, optimizer_state = _state_tensors(model, optimizer, trainable_only)
     try:
-        dcp.load(tensors, storage_reader=dcp.HuggingFaceStorageReader(str(folder)))
+        with _checkpoint_io() as no_dist:
+            dcp.load(tensors, storage_reader=dcp.HuggingFaceStorageReader(str(folder)), no_dist=no_dist)
     except (dcp.CheckpointException, RuntimeError, KeyError, ValueError, AssertionError) as exc:
         raise ValueError(f"the sharded checkpoint in {folder} does not fit this run's model and optimizer "
                          f"({' '.join(str(exc).split())[:300]})") from exc
