@@ -413,8 +413,8 @@ def best_constant(config: dict) -> tuple[str, int, int] | None:
     if not getattr(make_env(config["env"], kwargs).unwrapped, "valid_actions", None):
         return None
     outcomes = constant_outcomes(lambda: make_env(config["env"], kwargs), tasks)
-    name = max(outcomes, key=lambda a: sum(outcomes[a]))
-    return name, sum(outcomes[name]), len(tasks)
+    top = max(sum(results) for results in outcomes.values())
+    return " or ".join(a for a, results in outcomes.items() if sum(results) == top), top, len(tasks)
 
 
 def machine_lines(folder: Path) -> list[str]:
@@ -461,6 +461,7 @@ def compute_plan(arms: dict[str, dict[int, tuple[dict, list[dict]]]], seeds: int
         evals = steps // eval_every + 1
         eval_seconds = _median(runs, "eval_seconds") if any(s["eval_seconds"] for s in runs.values()) else \
             _median_all(summaries, "eval_seconds")
+        eval_seconds = 0.0 if math.isnan(eval_seconds) else eval_seconds  # no evaluation was timed: not counted
         warmup = sum(r.get("time/warmup_step", 0.0) for _, rows in arms[arm].values() for r in rows
                      if "warmup_step" in r) / len(runs)
         seconds = seeds * (budget * per_token + evals * eval_seconds + warmup)

@@ -150,7 +150,7 @@ def summarise(data: dict) -> dict:
     successes = [sum(e["success"] for e in m["episodes"]) for m in maps]
     episodes = sum(len(m["episodes"]) for m in maps)
     constant = {name: sum(results) for name, results in data["constant"].items()}
-    best = max(constant, key=lambda name: constant[name])
+    best = max(constant, key=lambda name: constant[name])  # the first of any tie: the same score
     # Paired bootstrap over maps of (policy's success rate on the map) - (best constant's outcome on it).
     per_map = np.array([k / len(m["episodes"]) for k, m in zip(successes, maps)])
     best_per_map = np.array(data["constant"][best], dtype=float)
@@ -215,7 +215,8 @@ def to_markdown(runs: dict[str, dict]) -> str:
 
     row("held-out first-attempt success (all sampled episodes)", lambda x, r: rate(x["successes"], x["episodes"]))
     row("best constant policy's success on the same maps",
-        lambda x, r: f"always {x['best']}: {rate(x['constant'][x['best']], x['maps'])}")
+        lambda x, r: "always " + " or ".join(a for a in actions if x["constant"][a] == x["constant"][x["best"]])
+        + f": {rate(x['constant'][x['best']], x['maps'])}")
     row("policy minus best constant (paired bootstrap over maps, 95%)",
         lambda x, r: f"{x['difference']:+.3f} [{x['difference_interval'][0]:+.3f}, {x['difference_interval'][1]:+.3f}]")
     row("every constant policy (maps reached)",

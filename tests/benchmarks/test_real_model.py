@@ -217,6 +217,8 @@ def test_first_move_distribution_is_what_constrained_sampling_draws(tiny_policy)
 def _fake_run(folder: Path, algo: str, per_step: int, steps: int, evals: dict, budget: int, warmup: int = 0) -> None:
     folder.mkdir(parents=True)
     config = {"algo": algo, "max_sampled_tokens": budget, "steps": 1000, "output": "/machine/path/" + folder.name,
+              "env": "ERL-FrozenLake-v0", "model": "/machine/path/warm_start/final_model",
+              "eval_env_kwargs": {"exclude": None},
               "env_kwargs": {"size": [2, 4], "exclude": "paper-test"}, "time_limit_min": 0.0}
     (folder / "config.json").write_text(json.dumps(config))
     rows = [{"step": 0, "eval/success": evals[0], "eval/episodes": 37.0}] if 0 in evals else []
@@ -224,10 +226,13 @@ def _fake_run(folder: Path, algo: str, per_step: int, steps: int, evals: dict, b
               "warmup/trained_tokens": 100} for k in range(1, warmup + 1)]
     for step in range(1, steps + 1):
         row = {"step": step, "tokens/generated": per_step, "tokens/sampled_total": per_step * step,
-               "count/attempt1": 4, "success/attempt1": 0.25, "trained_tokens": 50, "time/elapsed": 60.0 * step}
+               "count/attempt1": 4, "success/attempt1": 0.25, "trained_tokens": 50, "time/elapsed": 60.0 * step,
+               "time/step": 10.0 * step}
         if algo == "erl":
             row.update({"count/attempt2": 2, "lift/r1": 0.0, "lift/r2": 0.5, "reflection/count": 2,
                         "reflection/prompt_rate": 0.5, "memory/set": 1.0, "count/distilled": 1})
+            if warmup:  # runs that log the retry split: one retry after a usable reflection (solved), one after none
+                row.update({"retry/usable": 1, "retry/usable_solved": 1, "retry/fallback": 1, "retry/fallback_solved": 0})
         if step in evals:
             row.update({"eval/success": evals[step], "eval/episodes": 37.0})
         rows.append(row)
@@ -245,11 +250,22 @@ def test_smol_erl_report_pools_seeds_per_arm_from_the_copied_runs(tmp_path):
     copied = json.loads((data / "small" / "rlvr" / "seed0" / "config.json").read_text())
     assert copied["output"] == "runs/small/rlvr/seed0"  # no path of the machine the run was on
     text = out.read_text()
-    assert "| untrained policy (step 0) | 2 | - | 0 | 0 | 0 | 8/74 = 0.11 [" in text
+    assert copied["model"] == "final_model"
+    assert "| starting policy `final_model` (step 0) | 2 | - | 0 | 0 | 0 | 8/74 = 0.11 [" in text
+    # The best constant policy on the same held-out maps (the 37 small paper maps: always Right reaches 7).
+    assert "| best constant policy (always Right, no model) | - | - | - | - | - | 7/37 = 0.19 (no sampling" in text
     assert "| RLVR | 2 | token budget | 10, 10 | 1,000, 1,000 (1,000) | 500, 500 | 21/74 = 0.28 [" in text
     assert "| 10/37, 11/37 |" in text
-    assert ("| ERL after reflection warm-up | 2 | token budget | 4 (+2), 4 (+2) | 1,000, 1,000 (1,000) | 400, 400 |"
-            in text)
+    # Trained tokens: the RL steps' and, apart, the warm-up's.
+    assert ("| ERL after reflection warm-up | 2 | token budget | 4 (+2), 4 (+2) | 1,000, 1,000 (1,000) | "
+            "200 (+200), 200 (+200) |" in text)
+    # Retries split by their reflection, where the runs logged it.
+    assert "| ERL after reflection warm-up (2 of 2 seeds) | 8/8 = 1.00 [" in text and "| 0/8 = 0.00 [" in text
+    assert "| ERL, own reflections | not logged | not logged | - |" in text
+    # Medians of an even count are the mean of the two middle values: RLVR's steps take 10..100 s in both seeds.
+    assert "Seconds per training step (median over the arm's steps and seeds; one torch thread, the load above): " \
+           "RLVR 55;" in text
+    assert "## Compute plan: the four arms from the warm start, 5 seeds x 20,000 sampled tokens" in text
     # r1 and r2 of the same retried episodes, and the usable-<prompt> rate, pooled over seeds and steps.
     assert "| ERL after reflection warm-up | 32 | 0.25 | 16 | 0.00 | 0.50 | 0.50 | 16 | 0.50 | 0.50 | 8 | 2/2 |" in text
     assert "seed 0: 2.00 -> 1.00 over 2 steps" in text
@@ -261,3 +277,22 @@ def test_smol_erl_report_pools_seeds_per_arm_from_the_copied_runs(tmp_path):
     again = tmp_path / "again" / "smol_erl.md"
     assert smol_erl.main(["--data", str(data), "--output", str(again)]) == 0
     assert again.read_text() == text
+
+
+def test_smol_erl_study_runs_every_arm_from_one_model_and_resumes(tmp_path):
+    commands = smol_erl.study_commands(tmp_path, "WARM/final_model", [0, 1], 20_000, ["rlvr", "erl_warmup"],
+                                       engine="vllm")
+    assert [folder.relative_to(tmp_path).as_posix() for folder, _ in commands] == [
+        "small/rlvr/seed0", "small/rlvr/seed1", "small/erl_warmup/seed0", "small/erl_warmup/seed1"]
+    for _, argv in commands:
+        assert argv[argv.index("--model") + 1] == "WARM/final_model"
+        assert argv[argv.index("--max-sampled-tokens") + 1] == "20000" and argv[-2:] == ["--engine", "vllm"]
+    assert "--reflection-warmup" in commands[2][1] and "--no-eval-at-start" not in commands[0][1]
+    assert "--engine" not in smol_erl.study_commands(tmp_path, "m", [0], 10, ["rlvr"])[0][1]
+    # A run that reached its budget is finished; one that stopped short is not, and is refused without --resume.
+    _fake_run(tmp_path / "small" / "rlvr" / "seed0", "rlvr", 100, 10, {}, 1000)
+    _fake_run(tmp_path / "small" / "rlvr" / "seed1", "rlvr", 100, 3, {}, 1000)
+    assert smol_erl.run_finished(tmp_path / "small" / "rlvr" / "seed0", 1000)
+    assert not smol_erl.run_finished(tmp_path / "small" / "rlvr" / "seed1", 1000)
+    with pytest.raises(SystemExit, match="pass --resume"):
+        smol_erl.run_study(commands[:2], 1000, resume=False, runs=tmp_path)
