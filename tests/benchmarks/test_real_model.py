@@ -296,3 +296,57 @@ def test_smol_erl_study_runs_every_arm_from_one_model_and_resumes(tmp_path):
     assert not smol_erl.run_finished(tmp_path / "small" / "rlvr" / "seed1", 1000)
     with pytest.raises(SystemExit, match="pass --resume"):
         smol_erl.run_study(commands[:2], 1000, resume=False, runs=tmp_path)
+
+
+def _board_run(label: str, probabilities, firsts, moves, constant) -> dict:
+    """Board-dependence data of two maps with hand-chosen numbers."""
+    maps = []
+    for i, (p, sp) in enumerate(zip(probabilities, moves)):
+        maps.append({"index": i, "seed": i, "options": {"size": 2}, "size": 2, "optimal_steps": 2, "moves": sp,
+                     "probability": p, "episodes": firsts[i]})
+    return {"label": label, "model": "m", "maps": maps, "actions": ["Up", "Down", "Left", "Right"], "max_steps": 3,
+            "samples": 2, "sampling": {"temperature": 0.7, "top_p": 0.8, "top_k": 20}, "constant": constant,
+            "command": "c", "machine": "x", "load": [1.0, 2.0], "seconds": 60.0, "seed": 0}
+
+
+def test_board_dependence_figures_match_hand_computed_values():
+    from benchmarks.real_model import board_dependence as bd
+
+    # Map 0: only Down is a shortest first move; map 1: Right or Down.
+    run = _board_run("untrained", [[0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 0.0, 1.0]],
+                     [[{"moves": [3, 3, 3], "success": False}, {"moves": [1, 1], "success": True}],
+                      [{"moves": [3], "success": True}, {"moves": [3, 1], "success": True}]],
+                     [[1], [1, 3]], {"Up": [False, False], "Down": [True, False], "Left": [False, False],
+                                     "Right": [False, True]})
+    x = bd.summarise(run)
+    assert x["sp_exact"] == pytest.approx((0.5 + 1.0) / 2)
+    assert x["uniform"] == pytest.approx((1 / 4 + 2 / 4) / 2)
+    # Entropies 1 and 0 bits; the mean distribution (0, 0.25, 0, 0.75) has 0.811 bits: MI = 0.811 - 0.5.
+    h = -(0.25 * math.log2(0.25) + 0.75 * math.log2(0.75))
+    assert x["mutual_information_bits"] == pytest.approx(h - 0.5)
+    assert x["sp_sampled"] == 3 and x["firsts"] == 4 and x["successes"] == 3 and x["episodes"] == 4
+    # Down and Right tie at one map each: the first of them is the best; the policy's per-map rates 0.5 and 1.0.
+    assert x["best"] == "Down" and x["difference"] == pytest.approx((0.5 + 1.0) / 2 - 0.5)
+    # One of the three episodes longer than one move repeats a move to the limit (3 steps).
+    assert (x["repeat"], x["longer"]) == (1, 3)
+    assert x["most_likely"] == {"Down": 1, "Right": 1}  # argmax takes the first of map 0's tie
+    warm = _board_run("warm", [[0.0, 1.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.5]],
+                      [[{"moves": [1], "success": True}] * 2, [{"moves": [3], "success": True}] * 2], [[1], [1, 3]],
+                      run["constant"])
+    text = bd.to_markdown({"untrained": run, "warm": warm})
+    assert "| always Down or Right: 1/2 = 0.50 [" in text and "| 1 of 3 |" in text
+    assert "| P(shortest-path first move), exact, mean over maps | 0.750 | 1.000 |" in text
+
+
+def test_board_dependence_measures_a_policy_on_the_held_out_maps(tiny_policy):
+    from benchmarks.real_model import board_dependence as bd
+
+    config, tasks, make_env_ = bd.setting()
+    assert len(tasks) == 37 and all(t[1]["size"] <= 4 for t in tasks)
+    data = bd.measure(tiny_policy, config, tasks[:3], make_env_, samples=2, seed=0)
+    assert len(data["maps"]) == 3 and all(len(m["episodes"]) == 2 for m in data["maps"])
+    assert all(sum(m["probability"]) == pytest.approx(1.0, abs=1e-4) for m in data["maps"])
+    assert all(m["moves"] and len(m["moves"]) <= 2 for m in data["maps"])
+    assert all(len(e["moves"]) <= data["max_steps"] for m in data["maps"] for e in m["episodes"])
+    assert set(data["constant"]) == {"Up", "Down", "Left", "Right"}
+    assert all(len(v) == 3 for v in data["constant"].values())
