@@ -45,6 +45,10 @@ TARGETS = {
                                   "test_episodes_within_budget_are_untouched",
                                   "test_time_budget_ends_episodes_after_the_turn_that_overran",
                                   "test_budget_inside_a_reflection_episode_stores_nothing"))],
+    # generate_replies and the KV caches moved here from rollout.py; test_vllm.py's tests skip without vLLM.
+    "erl_agents/engines/hf.py": ["tests/agents/test_rollout.py", "tests/agents/test_rollout_kv_reuse.py",
+                                 "tests/agents/engines/test_base.py"],
+    "erl_agents/engines/weights.py": ["tests/agents/engines/test_weights.py", "tests/agents/engines/test_base.py"],
     "erl_envs/qa/scoring.py": ["tests/envs/qa/test_scoring.py", "tests/envs/qa/test_tools.py"],
     "erl_envs/qa/search.py": ["tests/envs/qa/test_search.py"],
     "erl_envs/qa/tools.py": ["tests/envs/qa/test_tools.py"],

@@ -220,6 +220,18 @@ class VLLMEngine(Engine):
             replies.append(Reply(ids, logprobs, constraints, finished))
         return replies
 
+    def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Log-probs (temperature 1) of each sequence's tokens after the first, each given the tokens before it:
+        what the served weights make of a fixed continuation (compare with the trainer's after a weight sync)."""
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.wake()
+        params = VLLMSamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, seed=0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
+        return [[float(position[token].logprob) for position, token in zip(output.prompt_logprobs[1:], sequence[1:])]
+                for output, sequence in zip(outputs, sequences)]
+
     # --- weights ---
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
