@@ -197,10 +197,12 @@ def _torchrun(mode, folder, timeout=240):
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
 
 
-def test_two_ranks_give_the_single_process_update(tmp_path):
-    """One update with 2 ranks x half the tasks == one process with all tasks and the same rollouts (to 1e-5)."""
+def update_cases(tmp_path):
+    """CASES with their single-process results (weights, stats, initial weights, the merged Hugging Face weights a
+    generation engine would be given), saved to tmp_path/cases.pt with the model for the worker."""
     pytest.importorskip("peft")
     from erl_agents.lora import apply_lora
+    from erl_agents.sharding import gathered_weights
 
     policy, trajectories, table = _bandit_batch()
     policy.save(str(tmp_path / "model"))
@@ -219,12 +221,19 @@ def test_two_ranks_give_the_single_process_update(tmp_path):
         initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
         optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=case["lr"])
         stats = policy_update(model, optimizer, None, trajectories, table, config, policy.tokenizer.pad_token_id, ref)
-        expected[name] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, stats, initial)
+        expected[name] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, stats, initial,
+                          dict(gathered_weights(model)))
         cases[name] = dict(trajectories=trajectories, table=table, config=config, lr=case["lr"], tasks=4,
                            lora_r=case["lora_r"], initial_state=initial)
     torch.save(cases, tmp_path / "cases.pt")
+    return expected
+
+
+def test_two_ranks_give_the_single_process_update(tmp_path):
+    """One update with 2 ranks x half the tasks == one process with all tasks and the same rollouts (to 1e-5)."""
+    expected = update_cases(tmp_path)
     _torchrun("update", tmp_path)
-    for name, (state, stats, initial) in expected.items():
+    for name, (state, stats, initial, _) in expected.items():
         got = torch.load(tmp_path / f"ddp_{name}.pt", weights_only=False)
         moved = max((state[k] - initial[k]).abs().max().item() for k in state)
         assert moved > 1e-3, f"{name}: the update hardly moved the weights, so the comparison would be empty"

@@ -16,16 +16,15 @@ import torch
 from safetensors.torch import load_file
 
 from erl_agents import checkpoint as ckpt
-from erl_agents.accelerator import resolve_precision
 from erl_agents.batch import assign_advantages
 from erl_agents.config import PRESETS, build_config
 from erl_agents.distributed import World
-from erl_agents.models import Policy, build_tiny_model
-from erl_agents.sharding import (clip_gradients, decoder_layers, full_state_dict, gathered_weights, is_sharded,
-                                 load_sharded_state, save_sharded_state)
+from erl_agents.models import build_tiny_model
+from erl_agents.sharding import (clip_gradients, decoder_layers, gathered_weights, is_sharded, load_sharded_state,
+                                 save_sharded_state)
 from erl_agents.update import policy_update
 from paths import ROOT
-from agents.test_distributed import CASES, _bandit_batch, _update_config
+from agents.test_distributed import _bandit_batch, _update_config, update_cases
 
 WORKER = ROOT / "tests" / "distributed_worker.py"
 
@@ -196,34 +195,6 @@ def test_a_sharded_checkpoint_loads_no_pickle(tmp_path):
 # Several ranks under torchrun
 
 
-def _update_cases(tmp_path):
-    """The DDP test's cases (test_distributed.CASES), their single-process results, saved for the worker."""
-    pytest.importorskip("peft")
-    from erl_agents.lora import apply_lora
-
-    policy, trajectories, table = _bandit_batch()
-    policy.save(str(tmp_path / "model"))
-    cases, expected = {}, {}
-    for name, case in CASES.items():
-        config = _update_config(**case["config"])
-        assign_advantages(trajectories, config)
-        model = Policy(build_tiny_model(policy.tokenizer, 32, 2, 2, 64, seed=0), policy.tokenizer).model
-        ref = build_tiny_model(policy.tokenizer, 32, 2, 2, 64, seed=0) if config.kl_coef > 0 else None
-        if case["lora_r"]:
-            torch.manual_seed(0)
-            model = apply_lora(model, case["lora_r"], 16.0)
-            ref = model if config.kl_coef > 0 else None
-        initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=case["lr"])
-        stats = policy_update(model, optimizer, None, trajectories, table, config, policy.tokenizer.pad_token_id, ref)
-        merged = dict(gathered_weights(model))
-        expected[name] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, stats, initial, merged)
-        cases[name] = dict(trajectories=trajectories, table=table, config=config, lr=case["lr"], tasks=4,
-                           lora_r=case["lora_r"], initial_state=initial)
-    torch.save(cases, tmp_path / "cases.pt")
-    return expected
-
-
 def _check_fsdp_updates(tmp_path, expected, ranks):
     for name, (state, stats, initial, merged) in expected.items():
         got = torch.load(tmp_path / f"fsdp_{name}.pt", weights_only=False)
@@ -257,14 +228,14 @@ def test_two_fsdp_ranks_give_the_single_process_update(tmp_path):
     """2 FSDP ranks == one process on the DDP test's cases (to 1e-5): the paper's loss with uneven micro-batches,
     LoRA with the adapters-off KL reference and clipping over the shards, verl's schedule; plus the weight sync,
     each rank's share of weights and moments, and fp32 master shards under bf16."""
-    expected = _update_cases(tmp_path)
+    expected = update_cases(tmp_path)
     _launch(2, "update", tmp_path, "fsdp")
     _check_fsdp_updates(tmp_path, expected, 2)
 
 
 @pytest.mark.slow
 def test_four_fsdp_ranks_give_the_single_process_update(tmp_path):
-    expected = _update_cases(tmp_path)
+    expected = update_cases(tmp_path)
     _launch(4, "update", tmp_path, "fsdp")
     _check_fsdp_updates(tmp_path, expected, 4)
 
