@@ -153,6 +153,8 @@ def main(argv=None) -> int:
         if DATA.exists():
             shutil.rmtree(DATA)
         collect(Path(args.output), args.algos, meta)
+    if not (DATA / "run.json").exists():
+        parser.error(f"no runs in {DATA.relative_to(ROOT)}: run the benchmark (without --report) first")
     runs, configs, meta = load_runs()
     report = to_markdown(runs, configs, meta)
     print(report)
