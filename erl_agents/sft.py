@@ -7,7 +7,7 @@ improve. Demonstrations are rendered through the env, its prompts and the policy
 rollout renders an episode (system prompt and first observation, then each reply and the env's next message), so
 the warm start learns the very conversations the trainer will play; the loss covers the assistant's tokens only.
 
-    python -m erl_agents.sft --preset cpu-smol --demos 96 --steps 60 --output runs/warm_start --threads 1
+    erl-sft --preset cpu-smol --demos 96 --steps 16 --output runs/warm_start --threads 1   # or python -m erl_agents.sft
     erl-train --preset cpu-smol --model runs/warm_start/final_model ...
 
 The output folder holds ``metrics.jsonl`` (loss per step, validation success on unseen training seeds),
