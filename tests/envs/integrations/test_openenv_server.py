@@ -484,6 +484,20 @@ def test_a_bad_port_is_one_line_from_the_command():
     assert result.stderr.startswith("erl-serve: the port (--port) must be")
 
 
+@pytest.mark.parametrize("variable,value,words", [
+    ("ERL_MAX_BODY_BYTES", "0", "max_body_bytes (--max-body-bytes) must be a whole number >= 1, got 0"),
+    ("PORT", "99999", "the port (--port) must be a whole number from 1 to 65535"),
+])
+def test_the_openenv_image_app_refuses_a_bad_setting_in_one_line(variable, value, words):
+    from paths import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), variable: value}
+    result = subprocess.run([sys.executable, "-m", "server.app"], cwd=ROOT / "deploy" / "openenv", env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-3000:]
+    assert result.stderr.startswith("erl-serve (OpenEnv app): ") and words in result.stderr
+
+
 def _slow_header_connections_closed(port: int, count: int, within_s: float) -> int:
     """Open ``count`` connections that send a request line and trickle header bytes; how many the server closed
     within ``within_s``."""
