@@ -95,6 +95,37 @@ def token_log_probs(
     return target_log_p, entropy
 
 
+def truncate_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``logits`` ``[N, V]`` with every token outside its row's sampling set at -inf, as top-k then top-p samplers
+    keep it: the ``top_k[i]`` most likely tokens (0: all; ties kept), then the most likely ones until their
+    probability reaches ``top_p[i]`` (the most likely token always stays)."""
+    logits = logits.clone()
+    k = top_k.to(logits.device)
+    if bool((k > 0).any()):
+        kth = logits.sort(dim=-1, descending=True).values.gather(-1, (k.clamp(min=1) - 1).unsqueeze(-1))
+        logits = logits.masked_fill((k > 0).unsqueeze(-1) & (logits < kth), float("-inf"))
+    p = top_p.to(logits.device, torch.float32)
+    if bool((p < 1).any()):
+        ordered, order = logits.sort(dim=-1, descending=True)
+        probs = torch.softmax(ordered.float(), dim=-1)
+        before = probs.cumsum(-1) - probs  # probability of the more likely tokens
+        drop = (before >= p.unsqueeze(-1)) & (p < 1).unsqueeze(-1)
+        drop[:, 0] = False
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+def sampled_log_probs(logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor,
+                      allowed: torch.Tensor | None, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each target under the distribution a sampler drew it from: ``softmax(logits /
+    temperature)`` restricted to ``allowed`` and to the row's top-k / top-p set (what generation engines report)."""
+    logits = logits.float() / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    log_p = torch.log_softmax(truncate_logits(logits, top_k, top_p), dim=-1)
+    return log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
 # verl bounds the log-ratio before exp() in both the PPO ratio and the k3 term, so one token whose probability
 # collapsed cannot overflow to inf (and turn the backward pass into 0 * inf = nan); k3 itself is capped at 10.
 LOG_RATIO_BOUND = 20.0

@@ -69,6 +69,9 @@ class Trajectory:
     teacher_tokens: list[int] | None = None  # reverse-KL consolidation: the same tokens under the reflected context
     teacher_offset: int = 0  # position of token i of `tokens` in `teacher_tokens` is i + teacher_offset
     sampled: bool = True  # its model tokens were sampled by the engine (False: supervised rows, e.g. a teacher's)
+    temperature: float = 1.0  # what its tokens were sampled with (the engine's log-probs are under these)
+    top_k: int = 0
+    top_p: float = 1.0
     advantage: float = 0.0
 
     @property
@@ -249,6 +252,10 @@ def run_episodes(
             out = engine.sample([live[i].conversation.tokens for i in members], params, actions, table,
                                 prefixes=_hand_over_prefixes(live, members) if engine.hands_back_prefixes else None,
                                 stop_string=reflect_stop if reflect else "")
+            for i in members:
+                conversation = live[i].conversation
+                conversation.temperature, conversation.top_k, conversation.top_p = (params.temperature, params.top_k,
+                                                                                    params.top_p)
             for i, reply, room in zip(members, out, rooms):
                 if room <= budget and len(reply.ids) >= room:
                     _cut_at_budget(live[i], reply, room)

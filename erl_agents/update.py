@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from erl_agents.accelerator import autocast, resolve_precision
 from erl_agents.config import TrainConfig
 from erl_agents.distributed import World
-from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, token_log_probs
+from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, sampled_log_probs, token_log_probs
 from erl_agents.lora import reference_weights
 from erl_agents.sharding import clip_gradients, compute_device, is_sharded, root_call, weights_finite
 from erl_agents.rollout import ConstraintTable, Trajectory
@@ -219,8 +219,10 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
 
 
 @torch.no_grad()
-def _old_log_probs(model, batch, table, config, pad_id, world: World) -> dict[int, torch.Tensor]:
-    """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights."""
+def _old_log_probs(model, batch, table, config, pad_id, world: World,
+                   as_sampled: bool = False) -> dict[int, torch.Tensor]:
+    """Log-probs of the policy that sampled the batch, kept while later optimizer steps move the weights.
+    ``as_sampled``: under each row's top-k / top-p cut too, the distribution the engine drew the tokens from."""
     out = {}
     device = compute_device(model)
     chunks = micro_batches(batch, config.micro_batch_size, config.max_tokens_per_micro_batch)
@@ -236,8 +238,14 @@ def _old_log_probs(model, batch, table, config, pad_id, world: World) -> dict[in
         allowed = table.allowed_mask(constraints, logits.shape[-1]).to(device) if bool((constraints >= 0).any()) else None
         seq_of_row = select.nonzero(as_tuple=True)[0]
         temps = row_temperatures(chunk, config)
-        log_p, _ = token_log_probs(logits, ids[:, 1:][select].to(device), temps[seq_of_row].unsqueeze(-1).to(device),
-                                   allowed)
+        targets, temperature = ids[:, 1:][select].to(device), temps[seq_of_row].unsqueeze(-1).to(device)
+        if as_sampled:
+            temperature = torch.tensor([t.temperature for t in chunk])[seq_of_row].unsqueeze(-1).to(device)
+            top_k = torch.tensor([t.top_k for t in chunk])[seq_of_row]
+            top_p = torch.tensor([t.top_p for t in chunk])[seq_of_row]
+            log_p = sampled_log_probs(logits, targets, temperature, allowed, top_k, top_p)
+        else:
+            log_p, _ = token_log_probs(logits, targets, temperature, allowed)
         counts = select.sum(-1).tolist()
         for t, part in zip(chunk, torch.split(log_p.cpu(), counts)):
             out[id(t)] = part
@@ -256,14 +264,22 @@ def sampled_rows(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
 def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig, pad_id: int,
                 world: World, old: dict | None = None) -> tuple[float, float]:
     """The generation engine against the trainer before the update: mean and max of |engine log-prob - trainer
-    log-prob| over the sampled tokens (verl's rollout-vs-actor check). A missed weight sync, a wrong chat template or
+    log-prob| over the sampled tokens (verl's rollout-vs-actor check), the trainer's under the distribution each
+    token was drawn from (temperature, action constraint, and the row's top-k / top-p cut). A missed weight sync, a wrong chat template or
     a wrong temperature shows here at once. ``old`` holds rows already scored (their old log-probs); the rest get
     one no-grad pass. Under data parallel the figures cover every rank's rows."""
     rows = sampled_rows(trajectories)
-    missing = [t for t in rows if old is None or id(t) not in old]
+    # Rows sampled under a top-k / top-p cut, or at another temperature than the update scores them at (verl's
+    # one-temperature scoring of reflections), are scored as sampled; the rest as the update scores them.
+    scoring = row_temperatures(rows, config).tolist() if rows else []
+    cut = [t for t, temp in zip(rows, scoring) if t.top_k > 0 or t.top_p < 1 or abs(t.temperature - temp) > 1e-9]
+    plain = {id(t) for t in cut}
+    missing = [t for t in rows if id(t) not in plain and (old is None or id(t) not in old)]
     scored = dict(old or {})
     if world.any(bool(missing)):
         scored.update(_old_log_probs(model, missing, table, config, pad_id, world))
+    if world.any(bool(cut)):
+        scored.update(_old_log_probs(model, cut, table, config, pad_id, world, as_sampled=True))
     total, count, largest = 0.0, 0, 0.0
     for t in rows:
         engine = torch.tensor([lp for lp, m in zip(t.logprobs[1:], t.mask[1:]) if m], dtype=torch.float32)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from erl_agents.decoding import ActionTrie, ConstraintTable, stop_string_end
@@ -163,7 +165,13 @@ class VLLMEngine(Engine):
         self.sleep_mode = sleep_mode and not self.on_cpu
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
-        self.llm = LLM(**kwargs)
+        # vLLM seeds Python's, numpy's and torch's global generators when it starts; the trainer's streams (a
+        # resumed run's restored ones included) must go on as if no engine had started.
+        states = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+            self.llm = LLM(**kwargs)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
         self.asleep = False
         # Workers in this process take tensors; workers in other processes (tensor parallel) read the folder.
         self.weight_transfer = weight_transfer or ("iterator" if tensor_parallel_size == 1 else "folder")

@@ -217,3 +217,34 @@ def test_aggregate_divides_by_one_token_or_sequence(mode):
 def test_dual_clip_leaves_positive_advantages_below_one_alone():
     loss, active = ppo_token_loss(torch.zeros(1), torch.zeros(1), torch.tensor([0.5]), clip_ratio_c=3.0)
     assert loss.item() == pytest.approx(-0.5) and not active.item()
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (3, 1.0), (0, 0.7), (5, 0.9), (1, 0.5)])
+def test_the_sampling_cut_keeps_what_transformers_samplers_keep(top_k, top_p):
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+    from erl_agents.grpo import truncate_logits
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, 40) * 3
+    expected = logits.clone()
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(None, expected)
+    if top_p < 1:
+        expected = TopPLogitsWarper(top_p)(None, expected)
+    got = truncate_logits(logits, torch.full((6,), top_k), torch.full((6,), top_p))
+    assert torch.equal(got.isinf(), expected.isinf())
+    assert torch.equal(got[~got.isinf()], logits[~got.isinf()])
+
+
+def test_sampled_log_probs_renormalise_over_the_kept_set():
+    from erl_agents.grpo import sampled_log_probs
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [2.0, 1.0, 0.0, -1.0]])
+    targets = torch.tensor([1, 1])
+    allowed = torch.tensor([[True, True, True, True], [False, True, True, True]])
+    got = sampled_log_probs(logits, targets, torch.full((2, 1), 0.5), allowed, torch.tensor([2, 0]),
+                            torch.tensor([1.0, 1.0]))
+    # row 0: temperature 0.5 keeps logits 4, 2 (top-2); row 1: the constraint drops token 0, all the rest kept
+    assert torch.allclose(got[0], torch.log_softmax(torch.tensor([4.0, 2.0]), 0)[1])
+    assert torch.allclose(got[1], torch.log_softmax(torch.tensor([2.0, 0.0, -2.0]), 0)[0])

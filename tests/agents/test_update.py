@@ -339,3 +339,35 @@ def test_the_update_reports_the_losss_terms_per_token_and_counts_its_steps():
     twice = policy_update(model, optimizer, None, batch, ConstraintTable(), build_config(flags=flags | {
         "ppo_epochs": 2}), tokenizer.pad_token_id, ref_model=reference)
     assert twice["optimizer_steps"] == 2 and twice["trained_tokens"] == 2 * tokens
+
+
+def test_the_agreement_check_compares_the_engine_with_the_trainer_under_each_rows_sampling():
+    """rollout/logprob_abs_diff: the hf engine samples the policy the trainer scores, at the rows' own temperature,
+    constraint and top-k / top-p cut, so the two agree to float precision; a shifted engine log-prob shows in full,
+    and distilled or supervised rows are left out."""
+    from erl_agents.update import logprob_gap, sampled_rows
+
+    env = TextBanditEnv(turns=2)
+    tokenizer = build_tiny_tokenizer([env.instructions] + env.valid_actions * 10 + ["Turn 1 of 2. Which door?"] * 5,
+                                     vocab_size=300)
+    policy = Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
+    config = build_config(flags=dict(preset="cpu-tiny", temperature=0.7, top_p=0.8, top_k=6, reflect_temperature=0.5))
+    table = ConstraintTable()
+    torch.manual_seed(0)
+    rows = []
+    for constrained, params in ((True, SamplingParams(0.7, 0.8, 6, 8)), (False, SamplingParams(0.7, 1.0, 0, 8)),
+                                (False, SamplingParams(0.7, 0.8, 6, 8))):
+        episodes = run_episodes(policy, [TextBanditEnv(turns=2) for _ in range(4)], [(i, None) for i in range(4)],
+                                list(range(4)), params, constrained=constrained, table=table)
+        rows += [t for e in episodes for t in e.trajectories]
+    assert {(t.top_k, t.top_p) for t in rows} == {(6, 0.8), (0, 1.0)}
+    mean, largest = logprob_gap(policy.model, rows, table, config, tokenizer.pad_token_id, World())
+    assert mean < 1e-5 and largest < 1e-4
+    shifted = rows[0]
+    shifted.logprobs = [lp + 0.25 if m else lp for lp, m in zip(shifted.logprobs, shifted.mask)]
+    tokens = sum(t.num_model_tokens for t in rows)
+    mean, largest = logprob_gap(policy.model, rows, table, config, tokenizer.pad_token_id, World())
+    assert mean == pytest.approx(0.25 * shifted.num_model_tokens / tokens, abs=1e-4) and largest > 0.24
+    distilled = Trajectory(**{**shifted.__dict__, "role": "distilled"})
+    teacher = Trajectory(**{**shifted.__dict__, "sampled": False})
+    assert sampled_rows([shifted, shifted, distilled, teacher]) == [shifted]

@@ -39,7 +39,19 @@ def policy():
 def engine(policy, tmp_path_factory):
     from erl_agents.engines.vllm import VLLMEngine
 
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(123)
+    random.seed(4), np.random.seed(5)
+    expected = torch.rand(3), random.random(), np.random.rand()
+    torch.manual_seed(123)
+    random.seed(4), np.random.seed(5)
     engine = VLLMEngine(policy, tmp_path_factory.mktemp("engine"), dtype="float32", max_model_len=1024, seed=0)
+    # Starting vLLM leaves the trainer's random streams where they were (a resumed run relies on it).
+    after = torch.rand(3), random.random(), np.random.rand()
+    assert torch.equal(after[0], expected[0]) and after[1:] == expected[1:]
     yield engine
     engine.close()
 
