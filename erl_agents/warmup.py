@@ -30,7 +30,6 @@ import torch
 
 from erl_agents.models import Policy
 from erl_agents.rollout import Trajectory
-from erl_agents.update import selected_logits
 from erl_envs.reflection.wrapper import extract_prompt
 
 __all__ = ["TEACHERS", "teacher_reflector", "TeacherCapture", "EndAfterReflection", "teacher_envs", "play_randomly",
@@ -167,24 +166,15 @@ def teacher_nll(policy: Policy, rows: Sequence[Trajectory], micro_batch_size: in
     how well the reflection role already writes the teacher's rulebooks."""
     if not rows:
         return float("nan")
+    from erl_agents.sft import sft_loss
+
     model, pad = policy.model, policy.tokenizer.pad_token_id
-    device = next(model.parameters()).device
     total, count = 0.0, 0
     was_training = model.training
     model.eval()
     for start in range(0, len(rows), micro_batch_size):
-        chunk = rows[start:start + micro_batch_size]
-        width = max(len(t.tokens) for t in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        select = torch.zeros((len(chunk), width - 1), dtype=torch.bool)
-        for row, t in enumerate(chunk):
-            ids[row, :len(t.tokens)] = torch.tensor(t.tokens)
-            attention[row, :len(t.tokens)] = 1
-            select[row, :len(t.tokens) - 1] = torch.tensor(t.mask[1:], dtype=torch.bool)
-        logits = selected_logits(model, ids.to(device), attention.to(device), select.to(device)).float()
-        targets = ids[:, 1:][select].to(device)
-        total -= torch.log_softmax(logits, -1).gather(-1, targets[:, None]).sum().item()
-        count += len(targets)
+        loss, tokens = sft_loss(model, rows[start:start + micro_batch_size], pad)
+        total += float(loss)
+        count += tokens
     model.train(was_training)
     return total / max(count, 1)
