@@ -55,10 +55,20 @@ class ActionTrie:
 
     def __init__(self, policy: Policy, actions: Sequence[str]):
         end = policy.chat.end_of_turn_id
+        self._build([policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end] for text in actions], end)
+
+    @classmethod
+    def from_sequences(cls, sequences: Sequence[Sequence[int]], end: int) -> "ActionTrie":
+        """The trie of replies given as token sequences (each ending with ``end``), e.g. ``sequences`` of another."""
+        trie = cls.__new__(cls)
+        trie._build([list(s) for s in sequences], end)
+        return trie
+
+    def _build(self, sequences: list[list[int]], end: int) -> None:
+        self.sequences = sequences
         self.children: list[dict[int, int]] = [{}]
         self.depth = 0
-        for text in actions:
-            tokens = policy.tokenizer(text, add_special_tokens=False)["input_ids"] + [end]
+        for tokens in sequences:
             self.depth = max(self.depth, len(tokens))
             node = self.ROOT
             for token in tokens:

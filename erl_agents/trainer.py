@@ -221,7 +221,8 @@ class Trainer:
         return VLLMEngine(self.policy, folder, dtype=_DTYPE_NAMES[self.precision.compute or torch.float32],
                           max_model_len=cfg.max_seq_len, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                           tensor_parallel_size=cfg.vllm_tensor_parallel_size, kv_cache_gb=cfg.vllm_kv_cache_gb,
-                          seed=cfg.seed + 1_000_003 * self.world.rank, sleep_mode=cfg.vllm_sleep_mode)
+                          seed=cfg.seed + 1_000_003 * self.world.rank, sleep_mode=cfg.vllm_sleep_mode,
+                          threads=cfg.threads)
 
     def _make_env(self, env_kwargs: dict) -> gym.Env:
         """One env of the run; with a response budget, wrapped so that the rollout can end an attempt."""

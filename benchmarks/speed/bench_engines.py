@@ -44,21 +44,17 @@ def _load() -> float:
 
 
 class RecordingEngine:
-    """Wraps a vLLM engine's ``LLM.generate`` to keep every batch of requests it sends (prompts, sampling params
-    with their seeds, the action tries they name) for the replay."""
+    """Wraps a vLLM engine's ``LLM.generate`` to keep every batch of requests it sends (prompts, and sampling params
+    with their seeds and valid replies) for the replay."""
 
     def __init__(self, engine):
-        from erl_agents.engines import vllm as vllm_module
-
-        self.engine, self.module = engine, vllm_module
+        self.engine = engine
         self.calls: list[tuple] = []
         self.seconds = 0.0
         real = engine.llm.generate
 
         def recording(prompts, params, **kwargs):
-            tries = {p.extra_args["erl_action_trie"]: vllm_module._TRIES[p.extra_args["erl_action_trie"]]
-                     for p in params if p.extra_args}
-            self.calls.append((prompts, params, tries))
+            self.calls.append((prompts, params))
             clock = time.perf_counter()
             try:
                 return real(prompts, params, **kwargs)
@@ -71,13 +67,10 @@ class RecordingEngine:
     def replay(self) -> tuple[int, float]:
         """Send the recorded batches again, straight to vLLM; returns (sampled tokens, seconds)."""
         tokens, seconds = 0, 0.0
-        for prompts, params, tries in self.calls:
-            self.module._TRIES.update(tries)
+        for prompts, params in self.calls:
             clock = time.perf_counter()
             outputs = self.real_generate(prompts, params, use_tqdm=False)
             seconds += time.perf_counter() - clock
-            for key in tries:
-                self.module._TRIES.pop(key, None)
             tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
         return tokens, seconds
 

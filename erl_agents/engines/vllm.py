@@ -6,20 +6,20 @@ What the rollout asks, on vLLM:
   the same tokens whichever engine sampled them; vLLM's prefix caching reads a conversation's earlier turns once;
 * each request carries its own sampling settings and seed (drawn from torch's generator, so a seeded run repeats);
   log-probs are the processed ones (after temperature, the action constraint, top-k and top-p), as the hf engine's;
-* constrained actions go through a per-request logits processor that walks the same ``ActionTrie`` as the hf engine,
-  and the sets each token was drawn from are read back from the trie;
+* constrained actions go through a per-request logits processor that walks the same ``ActionTrie`` as the hf engine
+  (the valid replies travel as token sequences in the request's ``extra_args``), and the sets each token was drawn
+  from are read back from the trie;
 * stop strings end a reply after the token that completes them, like the hf engine's ``StopString``.
 
-Weights: vLLM's CPU backend repacks linear layers on loading (the live model's ``load_weights`` cannot update them),
-so on the CPU the new weights are written as safetensors into the engine's model folder and reloaded
-(``reload_weights``); on a GPU they are copied into the live model. Either way the prefix cache is reset, since its
-keys and values belong to the old weights. Run with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (set here before vLLM is
-imported): the engine core then lives in this process, which the logits processor and weight copies rely on.
+Weights: vLLM reloads them in place (``reload_weights``, which repacks them as its loader would: the CPU backend keeps
+linear layers in packed copies that the live model's ``load_weights`` cannot reach), from the tensors themselves when
+the workers live in this process, else from safetensors written into the engine's model folder (tensor parallel).
+The prefix cache is then reset, since its keys and values belong to the old weights. The engine core runs in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here before vLLM starts).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -35,14 +35,14 @@ from erl_agents.engines.base import Engine, Reply, SamplingParams
 from erl_agents.engines.weights import architecture_of, engine_weights, write_weights
 from erl_agents.models import PACKAGED_MODELS, Policy
 
-__all__ = ["VLLMEngine", "vllm_problem", "DEFAULT_CPU_KV_CACHE_GB"]
+__all__ = ["VLLMEngine", "vllm_problem", "DEFAULT_CPU_KV_CACHE_GB", "ACTIONS_KEY"]
 
 # The KV cache on the CPU backend, where vLLM's memory fraction would reserve most of the machine's RAM.
 DEFAULT_CPU_KV_CACHE_GB = 2.0
 
-# Packaged models are GGUF files; vLLM serves the folder the engine writes, whose architecture is the model's.
-_TRIES: dict[str, ActionTrie] = {}  # the action tries live requests refer to (extra_args carries the key)
-_trie_keys = itertools.count()
+# The key of a request's valid replies (token sequences, each ending with end-of-turn) in its ``extra_args``: plain
+# lists, so they reach workers in other processes (tensor parallel) too.
+ACTIONS_KEY = "erl_action_sequences"
 
 
 def vllm_problem(model: str, architectures: Sequence[str] | None = None) -> str:
@@ -92,7 +92,7 @@ def _check_cpu_head_size(config) -> None:
 def _prepare_vllm_import() -> None:
     """In-process engine core, and vLLM's model-inspection subprocess started through erl_agents (whose import
     hides torch extensions that cannot load: ``erl_agents.torch_extensions``)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process (weight reload, seeds)
     import vllm.model_executor.models.registry as registry
 
     registry._SUBPROCESS_COMMAND = [
@@ -112,11 +112,18 @@ def _constraint_processor_class():
         def is_argmax_invariant(self) -> bool:
             return False
 
+        def __init__(self, vllm_config, device, is_pin_memory):
+            super().__init__(vllm_config, device, is_pin_memory)
+            self.tries: dict[tuple, ActionTrie] = {}  # one per distinct set of valid replies (an env's moves)
+
         def new_req_logits_processor(self, params):
-            key = (params.extra_args or {}).get("erl_action_trie")
-            if key is None:
+            sequences = (params.extra_args or {}).get(ACTIONS_KEY)
+            if sequences is None:
                 return None
-            trie = _TRIES[key]
+            key = tuple(tuple(s) for s in sequences)
+            if key not in self.tries:
+                self.tries[key] = ActionTrie.from_sequences(sequences, sequences[0][-1])
+            trie = self.tries[key]
 
             def constrain(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
                 node = trie.ROOT
@@ -139,8 +146,25 @@ class VLLMEngine(Engine):
     def __init__(self, policy: Policy, folder: str | os.PathLike, dtype: str = "float32", max_model_len: int = 8192,
                  gpu_memory_utilization: float = 0.0, tensor_parallel_size: int = 1, kv_cache_gb: float = 0.0,
                  seed: int = 0, sleep_mode: bool = False, enforce_eager: bool | None = None,
-                 weight_transfer: str = ""):
+                 weight_transfer: str = "", threads: int = 0):
         super().__init__(policy)
+        if threads > 0 and not torch.cuda.is_available():
+            # The CPU backend binds its OpenMP threads to every core by default; a run given a thread budget (several
+            # runs sharing the cores) keeps torch's thread count instead.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        # vLLM seeds Python's, numpy's and torch's global generators when it starts (and its imports draw from
+        # them); the trainer's streams, a resumed run's restored ones included, go on as if no engine had started.
+        states = random.getstate(), np.random.get_state()
+        try:
+            with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+                self._start(policy, folder, dtype, max_model_len, gpu_memory_utilization, tensor_parallel_size,
+                            kv_cache_gb, seed, sleep_mode, enforce_eager, weight_transfer)
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+
+    def _start(self, policy, folder, dtype, max_model_len, gpu_memory_utilization, tensor_parallel_size, kv_cache_gb,
+               seed, sleep_mode, enforce_eager, weight_transfer) -> None:
         _prepare_vllm_import()
         from vllm import LLM
 
@@ -165,13 +189,7 @@ class VLLMEngine(Engine):
         self.sleep_mode = sleep_mode and not self.on_cpu
         if self.sleep_mode:
             kwargs["enable_sleep_mode"] = True
-        # vLLM seeds Python's, numpy's and torch's global generators when it starts; the trainer's streams (a
-        # resumed run's restored ones included) must go on as if no engine had started.
-        states = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-            self.llm = LLM(**kwargs)
-        random.setstate(states[0])
-        np.random.set_state(states[1])
+        self.llm = LLM(**kwargs)
         self.asleep = False
         # Workers in this process take tensors; workers in other processes (tensor parallel) read the folder.
         self.weight_transfer = weight_transfer or ("iterator" if tensor_parallel_size == 1 else "folder")
@@ -187,10 +205,6 @@ class VLLMEngine(Engine):
         self.wake()
         chat = self.chat
         trie = ActionTrie(self.policy, valid_actions) if valid_actions else None
-        key = None
-        if trie is not None:
-            key = f"trie-{next(_trie_keys)}"
-            _TRIES[key] = trie
         max_new = trie.depth if trie is not None else sampling.max_new_tokens
         seeds = torch.randint(0, 2**31 - 1, (len(contexts),)).tolist()
         params = [VLLMSamplingParams(
@@ -198,13 +212,8 @@ class VLLMEngine(Engine):
             seed=seed, logprobs=0, stop_token_ids=list(chat.stop_ids), ignore_eos=True,
             stop=[stop_string] if stop_string else None, include_stop_str_in_output=True,
             skip_special_tokens=True, detokenize=bool(stop_string),
-            extra_args={"erl_action_trie": key} if key else None) for seed in seeds]
-        try:
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], params,
-                                        use_tqdm=False)
-        finally:
-            if key is not None:
-                del _TRIES[key]
+            extra_args={ACTIONS_KEY: trie.sequences} if trie is not None else None) for seed in seeds]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], params, use_tqdm=False)
         stops = set(chat.stop_ids)
         replies = []
         interned: dict[int, int] = {}
