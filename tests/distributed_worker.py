@@ -3,7 +3,7 @@
 ``update FOLDER``: one ``policy_update`` per case in FOLDER/cases.pt on this rank's block of tasks, through DDP;
 rank 0 saves the resulting weights to FOLDER/ddp_CASE.pt. ``update FOLDER fsdp``: the same with the model (and the
 KL reference) sharded by FSDP2, saved to FOLDER/fsdp_CASE.pt with the weights ``gathered_weights`` yields and what
-each rank holds; then a bf16 mixed-precision AdamW step at lr 1e-6 (FOLDER/fsdp_bf16.pt).
+each rank holds; then bf16 and fp16 mixed-precision AdamW steps at lr 1e-6 (FOLDER/fsdp_mixed.pt).
 ``first FOLDER``: the FSDP run of FOLDER/train.json in FOLDER/run. ``continue FOLDER``: build the FSDP run in FOLDER/run from its latest checkpoint (with as many ranks as this launch
 has) and make one more update on a fixed batch; rank 0 saves the weights to FOLDER/continued_W.pt.
 ``train FOLDER``: tiny Trainer runs: 4 steps straight, and 2 steps then a resume to 4; each rank saves its metrics.
@@ -32,7 +32,8 @@ from erl_agents.distributed import close_world, init_world, shard_bounds, sync_m
 from erl_agents.lora import apply_lora  # noqa: E402
 from erl_agents.models import load_policy  # noqa: E402
 from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes  # noqa: E402
-from erl_agents.sharding import full_state_dict, gathered, gathered_weights, local_numel, shard_model  # noqa: E402
+from erl_agents.sharding import (full_state_dict, gathered, gathered_weights, local_numel, shard_model,  # noqa: E402
+                                 sharded_grad_scaler)
 from erl_agents.trainer import Trainer  # noqa: E402
 from erl_agents.update import TokenScorer, policy_update  # noqa: E402
 
@@ -83,20 +84,24 @@ def run_updates(folder: Path, world, sharding: str = "ddp") -> None:
 
 
 def run_bf16_step(folder: Path, world, case: dict) -> None:
-    """One AdamW step at lr 1e-6 with bf16 compute: the fp32 master shards keep the update, bf16 storage would not."""
-    policy = load_policy(str(folder / "model"), dtype="float32")
-    config = build_config(flags={**case["config"].__dict__, "dtype": "bfloat16"})
-    shard_model(policy.model, resolve_precision("bfloat16", "auto", "cpu"), CPU)
-    before = full_state_dict(policy.model)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-6, weight_decay=0.0)
-    lo, hi = shard_bounds(case["tasks"], world.rank, world.size)
-    mine = [t for t in case["trajectories"] if lo <= t.task < hi]
-    policy_update(policy.model, optimizer, None, mine, case["table"], config, policy.tokenizer.pad_token_id,
-                  world=world)
-    after = full_state_dict(policy.model)
-    dtypes = sorted({str(p.dtype) for p in policy.model.parameters()})
+    """One AdamW step at lr 1e-6 with bf16 compute (the fp32 master shards keep the update, bf16 storage would
+    not), and one with fp16 compute through the sharded loss scaler."""
+    results = {}
+    for dtype in ("bfloat16", "float16"):
+        policy = load_policy(str(folder / "model"), dtype="float32")
+        config = build_config(flags={**case["config"].__dict__, "dtype": dtype})
+        shard_model(policy.model, resolve_precision(dtype, "auto", "cpu"), CPU)
+        before = full_state_dict(policy.model)
+        optimizer = torch.optim.AdamW(policy.model.parameters(), lr=1e-6, weight_decay=0.0)
+        scaler = sharded_grad_scaler(CPU) if dtype == "float16" else None
+        lo, hi = shard_bounds(case["tasks"], world.rank, world.size)
+        mine = [t for t in case["trajectories"] if lo <= t.task < hi]
+        stats = policy_update(policy.model, optimizer, None, mine, case["table"], config,
+                              policy.tokenizer.pad_token_id, world=world, scaler=scaler)
+        results[dtype] = {"before": before, "after": full_state_dict(policy.model), "stats": stats,
+                          "dtypes": sorted({str(p.dtype) for p in policy.model.parameters()})}
     if world.is_main:
-        torch.save({"before": before, "after": after, "dtypes": dtypes}, folder / "fsdp_bf16.pt")
+        torch.save(results, folder / "fsdp_mixed.pt")
 
 
 def run_first(folder: Path, world) -> None:

@@ -216,18 +216,24 @@ def _check_fsdp_updates(tmp_path, expected, ranks):
             for part in ("params", "moments"):
                 share = held[part] / held[f"whole_{part}"]
                 assert abs(share - 1 / ranks) < 0.02, f"{name}: a rank holds {share:.3f} of the {part}"
-    bf16 = torch.load(tmp_path / "fsdp_bf16.pt", weights_only=False)
-    assert bf16["dtypes"] == ["torch.float32"]  # the master shards stay fp32 under bf16 compute
-    layers = [k for k in bf16["before"] if ".layers." in k and k.endswith("proj.weight")]
-    changed = sum(int((bf16["after"][k] != bf16["before"][k]).sum()) for k in layers)
-    total = sum(bf16["before"][k].numel() for k in layers)
-    assert changed / total >= 0.9, f"an lr 1e-6 step moved only {changed / total:.1%} of the layer weights"
+    mixed = torch.load(tmp_path / "fsdp_mixed.pt", weights_only=False)
+    for dtype, result in mixed.items():
+        assert result["dtypes"] == ["torch.float32"], dtype  # the master shards stay fp32 under bf16/fp16 compute
+        layers = [k for k in result["before"] if ".layers." in k and k.endswith("proj.weight")]
+        changed = sum(int((result["after"][k] != result["before"][k]).sum()) for k in layers)
+        total = sum(result["before"][k].numel() for k in layers)
+        assert changed / total >= 0.9, f"{dtype}: an lr 1e-6 step moved only {changed / total:.1%} of the weights"
+        # The same gradient as the fp32 update (the paper_loss case), up to the compute dtype's rounding.
+        assert result["stats"]["optimizer_steps"] == 1
+        assert result["stats"]["grad_norm"] == pytest.approx(expected["paper_loss"][1]["grad_norm"], rel=0.03)
+    assert mixed["float16"]["stats"]["loss_scale_skips"] == 0
 
 
 def test_two_fsdp_ranks_give_the_single_process_update(tmp_path):
     """2 FSDP ranks == one process on the DDP test's cases (to 1e-5): the paper's loss with uneven micro-batches,
     LoRA with the adapters-off KL reference and clipping over the shards, verl's schedule; plus the weight sync,
-    each rank's share of weights and moments, and fp32 master shards under bf16."""
+    each rank's share of weights and moments, and fp32 master shards under bf16 and fp16 (with the sharded loss
+    scaler)."""
     expected = update_cases(tmp_path)
     _launch(2, "update", tmp_path, "fsdp")
     _check_fsdp_updates(tmp_path, expected, 2)
