@@ -233,6 +233,9 @@ def run_summary(config: dict, rows: list[dict]) -> dict:
         "reflections": usable[1], "usable": usable[0] / usable[1] if usable[1] else None,
         "usable_first_steps": early[0] / early[1] if early[1] else None, "first_reflections": early[1],
         "distilled": sum(r.get("count/distilled", 0) for r in steps),
+        "updates": sum(r.get("optimizer_steps", 0) for r in steps),
+        "group": config.get("n_rlvr" if config.get("algo") == "rlvr" else "n_erl"),
+        "tasks_per_step": config.get("tasks_per_step"),
         # Retries split by their reflection (logged by runs from the commit that added retry/usable; None before).
         "retry_split": ({kind: (sum(r.get(f"retry/{kind}_solved", 0) for r in steps),
                                 sum(r.get(f"retry/{kind}", 0) for r in steps)) for kind in ("usable", "fallback")}
@@ -354,6 +357,10 @@ def setting_section(setting: str, arms: dict[str, dict[int, tuple[dict, list[dic
             f"{'n/a' if teacher else fmt(usable)} | {'n/a' if teacher else fmt(usable_first)} | "
             f"{sum(s['distilled'] for s in runs):.0f} | "
             f"{sum(s['memory_set'] for s in runs)}/{len(runs)} |")
+    lines += ["", "Updates and groups: " + "; ".join(
+        f"{ARM_NAMES[arm]}: {next(iter(summaries[arm].values()))['tasks_per_step']} task(s) a step x "
+        f"{next(iter(summaries[arm].values()))['group']} first attempts (the GRPO group), optimizer updates per seed "
+        + ", ".join(str(s["updates"]) for s in summaries[arm].values()) for arm in ordered) + "."]
     split_rows = []
     for arm in ordered:
         found = [s["retry_split"] for s in summaries[arm].values() if s["retry_split"]]
