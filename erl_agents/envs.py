@@ -10,7 +10,7 @@ import numpy as np
 
 from erl_agents.evaluate import EVAL_SEED_BASE, Task
 
-__all__ = ["make_env", "training_tasks", "training_data_warnings", "epoch_steps", "epoch_batch", "prompt_constants",
+__all__ = ["make_env", "reflection_wrappers", "training_tasks", "training_data_warnings", "epoch_steps", "epoch_batch", "prompt_constants",
            "tiny_corpus"]
 
 
@@ -138,3 +138,31 @@ def tiny_corpus(env: gym.Env, episodes: int = 200, seed: int = 0) -> list[str]:
             if terminated or truncated:
                 break
     return texts
+
+
+def reflection_wrappers(envs: list[gym.Env], config, reflector=None, saved_memory: dict | None = None,
+                        data_parallel: bool = False) -> tuple[object, list[gym.Env]]:
+    """ERL's episodes: each env in a ``ReflectionWrapper`` sharing the run's memory (restored from ``saved_memory``
+    on a resume; a pool gives each wrapper a handle, and every episode takes the pool's next slot), reflecting with
+    ``reflector`` (None: the policy). Returns the memory and the wrappers."""
+    from erl_envs.reflection import ReflectionWrapper
+    from erl_envs.reflection.memory import PoolMemory, ReflectionMemory, memory_from_dict
+    from erl_envs.reflection.prompt_block import reflection_char_limit
+
+    if saved_memory is not None:
+        memory = memory_from_dict(saved_memory)
+    else:
+        memory = PoolMemory(config.memory_slots) if config.memory == "pool" else ReflectionMemory()
+    episodes = config.tasks_per_step * config.group_size
+    if data_parallel and isinstance(memory, PoolMemory) and episodes > memory.slots:
+        raise ValueError(f"the pool memory has {memory.slots} slots and a step plays {episodes} episodes: "
+                         "under data parallel a step's episodes need a slot each (raise --memory-slots)")
+    memories = [memory.handle() if isinstance(memory, PoolMemory) else memory for _ in envs]
+    return memory, [ReflectionWrapper(env, memory=handle, gate_threshold=config.gate_threshold,
+                                      memory_threshold=config.memory_threshold, reflector=reflector,
+                                      no_memory=config.no_memory, no_reflection=config.no_reflection,
+                                      reflection_instructions=config.reflection_instructions or None,
+                                      memory_rule=config.memory_rule, trace_rule=config.trace_rule,
+                                      # every reflection the policy can write is read whole, as the reference does
+                                      max_reflection_chars=reflection_char_limit(config.reflect_max_new_tokens))
+                    for env, handle in zip(envs, memories)]

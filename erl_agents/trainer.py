@@ -12,7 +12,6 @@ enables. Without ``torchrun`` the same code runs as one process, every collectiv
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import warnings
@@ -30,28 +29,25 @@ from erl_agents.batch import assign_advantages, distillation_prompt, reflection_
 from erl_agents.config import TrainConfig, config_to_dict
 from erl_agents.distributed import World, place_pool_episodes, shard_bounds, sync_memory
 from erl_agents.engines import Engine, resolve_engine
-from erl_agents.envs import epoch_batch, epoch_steps, make_env, tiny_corpus, training_data_warnings, training_tasks
+from erl_agents.envs import (epoch_batch, epoch_steps, make_env, reflection_wrappers, training_data_warnings,
+                             training_tasks)
 from erl_agents.evaluate import (EVAL_SEED_BASE, eval_overlap_problem, eval_tasks, evaluate, merge_eval_results,
                                  paper_questions, paper_questions_problem, paper_tasks_folder)
 from erl_agents.lora import adapter_state_dict, apply_lora, is_lora, load_adapter_state_dict
-from erl_agents.metrics import consecutive_bad_steps, finite_row, merge_rollout_rows, rollout_metrics
-from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer, load_policy
+from erl_agents.metrics import finite_row, merge_rollout_rows, rollout_metrics
+from erl_agents.initial_model import INITIAL_MODEL_SPEC, as_json_value, initial_model_spec, load_run_policy
+from erl_agents.models import Policy
 from erl_agents.decoding import reflection_prefill
 from erl_agents.rollout import ConstraintTable, ResponseBudget, SamplingParams, run_episodes
-from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, folder_problem, save_folder
+from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder, save_folder
 from erl_agents.sharding import (full_state_dict, gathered, load_sharded_state, save_sharded_state, shard_model,
                                  sharded_grad_scaler)
 from erl_agents.tracking import Trackers, open_trackers
-from erl_agents.update import NonFiniteTrainingError, TokenScorer, policy_update
-from erl_envs.reflection.prompt_block import reflection_char_limit
+from erl_agents.update import NonFiniteTrainingError, TokenScorer, check_numerics, policy_update
 from erl_envs.reflection.prompt_templates import apply_templates, load_templates
-from erl_envs.safe_parse import loads_json, read_text_limited
 
 __all__ = ["Trainer", "INITIAL_MODEL_SPEC"]
 
-# Inside initial_model/: what the tiny model was built from (seed, env, shape), so that it is never reused for
-# another run.
-INITIAL_MODEL_SPEC = "erl_initial_model.json"
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -104,7 +100,8 @@ class Trainer:
         resume_state = self._latest_state() if config.resume else None
         history = check_resume(config, resume_state) if resume_state is not None else []
         # The tiny model this run started from: a resumed run keeps its own, whatever changed since.
-        self.initial_model_spec = _plain((resume_state or {}).get("initial_model") or self._initial_model_spec())
+        self.initial_model_spec = as_json_value((resume_state or {}).get("initial_model")
+                                                or initial_model_spec(config))
         # Envs: one per episode of a step, reused every step (HotpotQA's index is built once, not per episode).
         self.group_size = config.group_size
         pool = (self.task_range[1] - self.task_range[0]) * self.group_size
@@ -131,7 +128,11 @@ class Trainer:
         self.memory = None
         self.train_envs = self.envs
         if config.algo == "erl":
-            self.train_envs = self._reflection_wrappers(resume_state)
+            saved = resume_state.get("memory") if resume_state is not None else None
+            from erl_agents.warmup import teacher_reflector
+
+            reflector = teacher_reflector(config.reflector) if config.reflector != "policy" else None
+            self.memory, self.train_envs = reflection_wrappers(self.envs, config, reflector, saved, self.world.enabled)
 
         # Rank 0 writes the tiny model's files before the other ranks read them.
         if not self.world.is_main:
@@ -229,111 +230,12 @@ class Trainer:
         env = make_env(self.config.env, env_kwargs)
         return ResponseBudget(env) if self.config.response_budget else env
 
-    def _reflection_wrappers(self, resume_state: dict | None) -> list[gym.Env]:
-        from erl_envs.reflection.memory import PoolMemory, ReflectionMemory, memory_from_dict
-        from erl_envs.reflection import ReflectionWrapper
-
-        cfg = self.config
-        saved = resume_state.get("memory") if resume_state is not None else None
-        if saved is not None:
-            self.memory = memory_from_dict(saved)
-        else:
-            self.memory = PoolMemory(cfg.memory_slots) if cfg.memory == "pool" else ReflectionMemory()
-        reflector = None
-        if cfg.reflector != "policy":
-            from erl_agents.warmup import teacher_reflector
-
-            reflector = teacher_reflector(cfg.reflector)
-        episodes = cfg.tasks_per_step * self.group_size
-        if self.world.enabled and isinstance(self.memory, PoolMemory) and episodes > self.memory.slots:
-            raise ValueError(f"the pool memory has {self.memory.slots} slots and a step plays {episodes} episodes: "
-                             "under data parallel a step's episodes need a slot each (raise --memory-slots)")
-        # A pool gives each wrapper a handle; every episode takes the pool's next slot (see PoolMemory).
-        memories = [self.memory.handle() if isinstance(self.memory, PoolMemory) else self.memory for _ in self.envs]
-        return [ReflectionWrapper(env, memory=memory, gate_threshold=cfg.gate_threshold,
-                                  memory_threshold=cfg.memory_threshold, reflector=reflector,
-                                  no_memory=cfg.no_memory, no_reflection=cfg.no_reflection,
-                                  reflection_instructions=cfg.reflection_instructions or None,
-                                  memory_rule=cfg.memory_rule, trace_rule=cfg.trace_rule,
-                                  # the whole of every reflection the policy can write is read, as the reference does
-                                  max_reflection_chars=reflection_char_limit(cfg.reflect_max_new_tokens))
-                for env, memory in zip(self.envs, memories)]
-
     def _load_policy(self, reference: bool = False) -> Policy:
         """The policy in its storage dtype (fp32 unless lossy storage), or the frozen KL reference (the compute
         dtype is enough for weights that never train); the tiny model follows the same rules as a loaded one."""
-        cfg = self.config
         dtype = _DTYPE_NAMES[self.precision.frozen if reference else self.precision.storage]
-        if cfg.model != "tiny":
-            return load_policy(cfg.model, dtype=dtype, device=str(self.device))
-        # The tiny model is built once, saved in the run directory, and from then on loaded like any HF model
-        # (the reference model and resumed runs read it back from there). It is derived from the seed and the
-        # config alone, so a copy that does not match its manifest (a kill or a full disk during its first save),
-        # that was built for another run (another seed or shape), or that does not load is rebuilt rather than
-        # trusted. Its weights are read from safetensors only: a pickle planted in the folder is never opened.
-        folder = Path(cfg.output) / "initial_model"
-        problem = None if reference else self._initial_model_problem(folder)
-        if problem is None or not (self.writer.enabled or not folder.exists()):
-            try:
-                return load_policy(str(folder), dtype=dtype, device=str(self.device), safetensors_only=True)
-            except (OSError, ValueError) as exc:
-                if reference or not self.writer.enabled:
-                    raise
-                problem = f"{folder} cannot be loaded ({' '.join(str(exc).split())[:200]})"
-        if folder.exists():
-            warnings.warn(f"{problem}; rebuilding the initial tiny model from the seed and the config",
-                          RuntimeWarning, stacklevel=2)
-        now = _plain(self._initial_model_spec())
-        if self.initial_model_spec != now:
-            changed = sorted(k for k in self.initial_model_spec if self.initial_model_spec[k] != now.get(k))
-            raise ValueError(f"{problem}, and it cannot be rebuilt: this resume changed {', '.join(changed)} since "
-                             "the run started; resume once with the run's original values to rebuild it")
-        policy = self._build_tiny_policy()
-        if not self.writer.enabled:
-            policy.model.to(getattr(torch, dtype))
-            return policy
-
-        def save(path: str) -> None:
-            policy.save(path)
-            (Path(path) / INITIAL_MODEL_SPEC).write_text(json.dumps(self.initial_model_spec, indent=1))
-
-        save_folder(folder, save)
-        return load_policy(str(folder), dtype=dtype, device=str(self.device), safetensors_only=True)
-
-    def _initial_model_spec(self) -> dict:
-        """What the tiny initial model is a function of: the seed, the env its tokenizer read, and its shape."""
-        cfg = self.config
-        names = ("seed", "env", "env_kwargs", "tiny_hidden", "tiny_layers", "tiny_heads", "tiny_intermediate",
-                 "tiny_vocab", "tiny_grid_tokens")
-        return {**{name: getattr(cfg, name) for name in names}, "max_positions": max(cfg.max_seq_len, 512)}
-
-    def _initial_model_problem(self, folder: Path) -> str | None:
-        """Why ``folder`` is not this run's initial model (damaged, or built for another run), or None."""
-        problem = folder_problem(folder)
-        if problem is not None:
-            return problem
-        try:
-            spec = loads_json(read_text_limited(folder / INITIAL_MODEL_SPEC, 1 << 16, "model spec"))
-        except (OSError, ValueError) as exc:
-            return f"{folder} has no readable {INITIAL_MODEL_SPEC} ({' '.join(str(exc).split())[:120]})"
-        expected = self.initial_model_spec
-        if spec != expected:
-            differ = [k for k in expected if not isinstance(spec, dict) or spec.get(k) != expected[k]]
-            shown = ", ".join(f"{k} {spec.get(k) if isinstance(spec, dict) else None!r} (this run: {expected[k]!r})"
-                              for k in differ)
-            return f"{folder} was built for another run ({shown})"
-        return None
-
-    def _build_tiny_policy(self) -> Policy:
-        cfg = self.config
-        # Row tokens need every row the env can show in the corpus twice; random play repeats rare rows (the agent
-        # beside the goal) seldom: 20k episodes (~1 s) cover 338 of the 344 rows of a 2-4 board.
-        episodes = 20_000 if cfg.tiny_grid_tokens == "row" else 200
-        corpus = tiny_corpus(self.envs[0], episodes, seed=cfg.seed)
-        tokenizer = build_tiny_tokenizer(corpus, vocab_size=cfg.tiny_vocab, grid_tokens=cfg.tiny_grid_tokens)
-        model = build_tiny_model(tokenizer, cfg.tiny_hidden, cfg.tiny_layers, cfg.tiny_heads, cfg.tiny_intermediate,
-                                 max_positions=max(cfg.max_seq_len, 512), seed=cfg.seed)
-        return Policy(model, tokenizer)
+        return load_run_policy(self.config, dtype, str(self.device), self.initial_model_spec, self.envs[0],
+                               writes=self.writer.enabled, reference=reference)
 
     def _sampling(self) -> tuple[SamplingParams, SamplingParams, SamplingParams]:
         cfg = self.config
@@ -462,7 +364,7 @@ class Trainer:
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix({k: round(row[k], 3) for k in ("success/attempt1", "eval/success") if k in row})
-            self._check_numerics(row)
+            check_numerics(self.metrics, row, self.step, cfg.max_bad_steps, Path(cfg.output) / "checkpoints")
 
             # 7. Checkpoint.
             if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or last:
@@ -568,23 +470,6 @@ class Trainer:
         self.writer.append_metrics(row)
         self.trackers.log(row)
 
-    def _check_numerics(self, row: dict) -> None:
-        """Warn about a step that skipped updates; stop the run once ``max_bad_steps`` such steps come in a row."""
-        skipped = row.get("skipped_updates", 0)
-        if not skipped:
-            return
-        cfg = self.config
-        bad = consecutive_bad_steps(self.metrics)
-        updates = skipped + row.get("optimizer_steps", 0)
-        warnings.warn(f"step {self.step}: skipped {skipped} of {updates} updates for a non-finite loss or gradient "
-                      f"({bad} bad step(s) in a row)", RuntimeWarning, stacklevel=2)
-        if cfg.max_bad_steps and bad >= cfg.max_bad_steps:
-            raise NonFiniteTrainingError(
-                f"stopping at step {self.step}: the loss or gradient was NaN/inf in {bad} consecutive steps "
-                f"(max_bad_steps={cfg.max_bad_steps}). Every bad update was skipped, so the weights hold no NaN; "
-                f"check the rewards and the model's dtype, or lower --lr, then resume from the checkpoints in "
-                f"{Path(cfg.output) / 'checkpoints'}")
-
     # --- checkpoints ---
 
     def save(self) -> None:
@@ -621,7 +506,7 @@ class Trainer:
             "rng": ckpt.rng_state(self.rng),
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "metrics": self.metrics,
-            "config": _plain(config_to_dict(self.config)),
+            "config": as_json_value(config_to_dict(self.config)),
             "training_seconds": self.metrics[-1].get("time/training", 0.0) if self.metrics else 0.0,
             "elapsed_seconds": self.metrics[-1].get("time/elapsed", 0.0) if self.metrics else 0.0,
             "initial_model": self.initial_model_spec if self.config.model == "tiny" else None,
@@ -700,8 +585,3 @@ class Trainer:
         self.time_before = {"training": float(state.get("training_seconds", last.get("time/training", 0.0))),
                             "elapsed": float(state.get("elapsed_seconds", last.get("time/elapsed", 0.0)))}
         self.writer.rewrite_metrics(self.metrics)
-
-
-def _plain(value):
-    """``value`` as JSON reads it back (tuples become lists, other objects their ``str``), as config.json holds it."""
-    return json.loads(json.dumps(value, default=str))

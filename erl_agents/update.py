@@ -20,16 +20,33 @@ from erl_agents.config import TrainConfig
 from erl_agents.distributed import World
 from erl_agents.grpo import aggregate, k3_kl, ppo_token_loss, reverse_kl, sampled_log_probs, token_log_probs
 from erl_agents.lora import reference_weights
+from erl_agents.metrics import consecutive_bad_steps
 from erl_agents.sharding import clip_gradients, compute_device, is_sharded, root_call, weights_finite
 from erl_agents.rollout import ConstraintTable, Trajectory
 
 __all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
-           "row_temperatures", "sampled_rows", "logprob_gap", "policy_update"]
+           "row_temperatures", "sampled_rows", "logprob_gap", "policy_update", "check_numerics"]
 
 
 class NonFiniteTrainingError(RuntimeError):
     """Raised after ``max_bad_steps`` consecutive steps whose loss or gradient was NaN or infinite, or as soon as an
     update leaves a weight NaN or infinite (before that step's checkpoint)."""
+
+
+def check_numerics(metrics: Sequence[dict], row: dict, step: int, max_bad_steps: int, checkpoints) -> None:
+    """Warn about a step that skipped updates; stop the run once ``max_bad_steps`` such steps come in a row."""
+    skipped = row.get("skipped_updates", 0)
+    if not skipped:
+        return
+    bad = consecutive_bad_steps(metrics)
+    updates = skipped + row.get("optimizer_steps", 0)
+    warnings.warn(f"step {step}: skipped {skipped} of {updates} updates for a non-finite loss or gradient "
+                  f"({bad} bad step(s) in a row)", RuntimeWarning, stacklevel=3)
+    if max_bad_steps and bad >= max_bad_steps:
+        raise NonFiniteTrainingError(
+            f"stopping at step {step}: the loss or gradient was NaN/inf in {bad} consecutive steps "
+            f"(max_bad_steps={max_bad_steps}). Every bad update was skipped, so the weights hold no NaN; "
+            f"check the rewards and the model's dtype, or lower --lr, then resume from the checkpoints in {checkpoints}")
 
 
 def _collate(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,7 +403,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                         with autocast(device, precision):
                             idle = _idle_loss(model, pad_id, ref_model if sharded and config.kl_coef > 0 else None,
                                               teacher)
-                        idle.backward()
+                        # Through the scaler too: a rank's scaler must have scaled a loss before it unscales.
+                        (scaler.scale(idle) if scaler is not None else idle).backward()
                         continue
                     with autocast(device, precision):
                         loss, part_stats = _micro_batch_loss(model, ref_model, chunks[k], table, config, pad_id,
