@@ -2,7 +2,8 @@
 
 ``update FOLDER``: one ``policy_update`` per case in FOLDER/cases.pt on this rank's block of tasks, through DDP;
 rank 0 saves the resulting weights to FOLDER/ddp_CASE.pt. ``update FOLDER fsdp``: the same with the model (and the
-KL reference) sharded by FSDP2, saved to FOLDER/fsdp_CASE.pt with the weights ``gathered_weights`` yields and what
+KL reference) sharded by FSDP2, and the paper_loss case again with CPU offload (``offload``), saved to
+FOLDER/fsdp_CASE.pt with the weights ``gathered_weights`` yields and what
 each rank holds; then bf16 and fp16 mixed-precision AdamW steps at lr 1e-6 (FOLDER/fsdp_mixed.pt).
 ``first FOLDER``: the FSDP run of FOLDER/train.json in FOLDER/run. ``continue FOLDER``: build the FSDP run in FOLDER/run from its latest checkpoint (with as many ranks as this launch
 has) and make one more update on a fixed batch; rank 0 saves the weights to FOLDER/continued_W.pt.
@@ -42,8 +43,11 @@ CPU = torch.device("cpu")
 
 def run_updates(folder: Path, world, sharding: str = "ddp") -> None:
     cases = torch.load(folder / "cases.pt", weights_only=False)
+    runs = [(name, case, False) for name, case in cases.items()]
+    if sharding == "fsdp":
+        runs.append(("offload", cases["paper_loss"], True))  # the first case again, its shards in CPU memory
     fp32 = resolve_precision("float32", "auto", "cpu")
-    for name, case in cases.items():
+    for name, case, offload in runs:
         policy = load_policy(str(folder / "model"), dtype="float32")
         model = policy.model
         if case["lora_r"]:
@@ -55,9 +59,9 @@ def run_updates(folder: Path, world, sharding: str = "ddp") -> None:
         lo, hi = shard_bounds(case["tasks"], world.rank, world.size)
         mine = [t for t in case["trajectories"] if lo <= t.task < hi]
         if sharding == "fsdp":
-            shard_model(model, fp32, CPU)
+            shard_model(model, fp32, CPU, offload)
             if ref is not None and ref is not model:
-                shard_model(ref, fp32, CPU, frozen=True)
+                shard_model(ref, fp32, CPU, offload, frozen=True)
             trained = model
         else:
             trained = DistributedDataParallel(TokenScorer(model))
@@ -96,8 +100,11 @@ def run_bf16_step(folder: Path, world, case: dict) -> None:
         scaler = sharded_grad_scaler(CPU) if dtype == "float16" else None
         lo, hi = shard_bounds(case["tasks"], world.rank, world.size)
         mine = [t for t in case["trajectories"] if lo <= t.task < hi]
-        stats = policy_update(policy.model, optimizer, None, mine, case["table"], config,
-                              policy.tokenizer.pad_token_id, world=world, scaler=scaler)
+        for _ in range(8):  # fp16: a first scale that overflows skips the step and is halved (routine)
+            stats = policy_update(policy.model, optimizer, None, mine, case["table"], config,
+                                  policy.tokenizer.pad_token_id, world=world, scaler=scaler)
+            if stats["optimizer_steps"]:
+                break
         results[dtype] = {"before": before, "after": full_state_dict(policy.model), "stats": stats,
                           "dtypes": sorted({str(p.dtype) for p in policy.model.parameters()})}
     if world.is_main:
