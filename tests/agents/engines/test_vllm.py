@@ -262,3 +262,14 @@ def test_a_resumed_vllm_run_continues_exactly(tmp_path):
 def test_lora_runs_serve_the_merged_adapters(tmp_path):
     rows = _train(_run(tmp_path, "lora", algo="rlvr", lora_r=4, lora_alpha=8.0, lr=1e-2, steps=3))
     assert all(r["rollout/logprob_abs_diff"] < 1e-4 for r in rows)
+
+
+def test_auto_takes_vllm_for_a_model_it_serves_and_hf_for_one_it_does_not(tmp_path):
+    from erl_agents.engines import resolve_engine
+
+    assert resolve_engine("auto", "smollm2-135m") == ("vllm", "")
+    (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"]}')
+    name, why = resolve_engine("auto", str(tmp_path))
+    assert name == "hf" and why == "vLLM has no implementation of NoSuchForCausalLM"
+    with pytest.raises(ValueError, match="^--engine vllm: vLLM has no implementation of NoSuchForCausalLM$"):
+        resolve_engine("vllm", str(tmp_path))
