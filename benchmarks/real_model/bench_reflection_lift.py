@@ -291,7 +291,9 @@ def to_markdown(results: list[dict], command: str, settings: dict, constrained: 
                   "distribution over the four allowed replies, temperature 1), averaged over the maps; entropy in bits "
                   "(2.00 = all four equally likely, 0 = one move always); the most likely move's share is the mean "
                   "over maps of the largest of the four probabilities. Sampled: the first moves attempt 1 actually "
-                  "played at the sampling above.", "",
+                  "played at the sampling above. A share below 1 does not show that the move depends on the board: "
+                  "board_dependence.py measures that (shortest-path first moves, mutual information, the best "
+                  "constant policy).", "",
                   "| game | maps | " + " | ".join(f"P({a})" for a in _move_names(probed[0])) +
                   " | entropy (bits) | most likely move's share | first moves sampled |",
                   "|---|---|" + "---|" * len(_move_names(probed[0])) + "---|---|---|"]
