@@ -130,3 +130,15 @@ def test_the_warm_start_learns_saves_a_folder_that_loads_and_plays_and_resumes(t
     train_sft(SFTConfig(**{**config.__dict__, "steps": 14, "resume": True}))
     rows = [json.loads(line) for line in (tmp_path / "warm" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(15))
+
+
+def test_sokoban_demonstrations_are_the_solvers_optimal_solutions():
+    env = make_env("ERL-Sokoban-v0", {"size": 6, "prompts": "small"})
+    demos = demonstrations(env, [(i, None) for i in range(4)])
+    assert len(demos) == 4
+    for demo in demos:
+        _, info = env.reset(seed=demo.seed)
+        assert len(demo.moves) == info["optimal_steps"]
+        for move in demo.moves:
+            _, _, terminated, _, info = env.step(env.unwrapped.valid_actions[move])
+        assert terminated and info["success"]
