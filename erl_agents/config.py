@@ -30,7 +30,7 @@ class TrainConfig:
     eval_env_kwargs: dict = field(default_factory=dict)  # merged over env_kwargs for held-out envs only (other data)
     algo: str = "erl"  # rlvr: n first attempts per task; erl: attempt -> reflection -> retry -> distillation
     model: str = "tiny"  # HF model name (local cache) or directory; "tiny" builds a small Llama in code
-    preset: str = ""  # named overrides applied before the config file and flags (cpu-tiny, paper-qwen3-4b)
+    preset: str = ""  # named overrides applied before the config file and flags
     seed: int = 0  # seeds model init, task sampling, generation; same seed on CPU -> identical metrics
     output: str = "runs/erl"  # run directory: config, metrics.jsonl, checkpoints, curves.png
     resume: bool = False  # continue from the latest checkpoint in --output
@@ -44,8 +44,8 @@ class TrainConfig:
     n_rlvr: int = 10  # first attempts per task for rlvr (paper: 10)
     n_erl: int = 4  # first attempts per task for erl (paper: 4; each may add a reflection and a retry)
     # --- ERL ---
-    reflector: str = "policy"  # who reflects: the policy, "rule" (erl_envs RuleReflector), "plan" (its solution only)
-    # or "brief" (its four-line rulebook: symbols, moves, the mistake, a route)
+    reflector: str = "policy"  # who reflects: policy, rule (RuleReflector's rulebook), plan (its solution only), brief
+    # (the rulebook in four lines: symbols, moves, the mistake, a route); the help shows the line above only
     reflect_prefill: bool = False  # the policy's reflection starts inside <prompt> (given) and stops at </prompt>
     reflection_warmup: int = 0  # steps training the reflection role on a teacher's rulebooks before ERL starts
     warmup_reflector: str = "brief"  # the warm-up's teacher: "rule", "plan" or "brief" (RuleReflector details)
@@ -427,7 +427,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_samples=2,
         eval_set="seeded",
         checkpoint_every=20,
-        time_limit_min=8.0,
+        # A step budget, not a time limit: the same numbers for the same seed on any machine, and a progress bar that
+        # shows the run's real length. Two threads on any machine: the thread count changes how floats are summed.
+        threads=2,
         device="cpu",
         dtype="float32",
     ),

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import erl_agents  # noqa: F401  (first: its OpenMP settings must precede torch's import; erl_agents/cpu_threads.py)
 from paths import HOTPOTQA_SAMPLE, PAPER_TASKS
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
