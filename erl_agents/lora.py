@@ -1,4 +1,4 @@
-"""LoRA adapters through ``peft`` (the optional ``lora`` extra: ``pip install erl-gym[lora]``).
+"""LoRA adapters through ``peft`` (the optional ``lora`` extra: ``pip install -e ".[lora]"`` in a checkout).
 
 Only the adapters train. The KL anchor is the same model with its adapters switched off, so a LoRA run keeps one
 copy of the base weights instead of two, and checkpoints hold the adapters and their optimizer state only.
@@ -18,7 +18,7 @@ def _peft():
     try:
         import peft
     except ImportError:
-        raise ImportError("--lora-r needs the peft package: pip install 'erl-gym[lora]'") from None
+        raise ImportError("--lora-r needs the peft package: pip install peft") from None
     return peft
 
 

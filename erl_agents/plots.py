@@ -30,6 +30,7 @@ def plot_learning_curves(rows: Sequence[Mapping], path: str | os.PathLike, title
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(_PANELS), figsize=(4.2 * len(_PANELS), 3.4))
     for ax, (_, keys, label) in zip(axes, _PANELS):
@@ -38,6 +39,7 @@ def plot_learning_curves(rows: Sequence[Mapping], path: str | os.PathLike, title
             if xs:
                 ax.plot(xs, ys, marker="o" if key.startswith("eval/") else None, markersize=3, label=key)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.5 ticks on a short run
         ax.set_ylabel(label)
         if ax.lines:
             ax.legend(fontsize=7)

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="YAML or JSON file of field overrides (applied after --preset)")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
+    parser.add_argument("--env-kwarg", action="append", default=argparse.SUPPRESS, metavar="KEY=VALUE",
+                        help="one keyword argument for gym.make (repeatable, e.g. size=3), over --env-kwargs or the "
+                             "preset's and config file's; a value is read as JSON when it parses")
     for field in dataclasses.fields(TrainConfig):
         flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
@@ -97,6 +100,12 @@ def _config_from_args(args: dict[str, Any]) -> TrainConfig:
                 raise ValueError(f"{flag} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
     file = args.pop("config", None)
     preset = {"preset": args["preset"]} if "preset" in args else {}
+    pairs = args.pop("env_kwarg", [])
+    if pairs:  # over the env_kwargs in force: --env-kwargs, else the config file's or the preset's
+        from erl_envs.safe_parse import key_values
+
+        base = args["env_kwargs"] if "env_kwargs" in args else build_config(preset, file=file, flags=args).env_kwargs
+        args["env_kwargs"] = {**base, **key_values(pairs)}
     return build_config(preset, file=file, flags=args)
 
 

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 __all__ = ["MAX_DEPTH", "MAX_YAML_VALUES", "loads_json", "loads_yaml", "read_text_limited", "read_bytes_limited",
            "open_regular", "check_regular", "too_large", "RefusedFileError", "nesting_depth", "expanded_size",
-           "load_data_file"]
+           "load_data_file", "key_values"]
 
 MAX_DEPTH = 100  # containers inside containers; real data files nest a handful deep
 # Values a YAML document may stand for once its aliases are expanded: a 1 MB file without aliases holds at most
@@ -313,3 +313,18 @@ def load_data_file(path: str | os.PathLike, what: str, max_bytes: int) -> Any:
         return loads_json(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{source}: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def key_values(pairs: list[str], flag: str = "--env-kwarg") -> dict:
+    """``KEY=VALUE`` command-line pairs as a dict (what ``--env-kwarg`` gives both CLIs); a value is read as JSON when
+    it parses (numbers, booleans, lists), else kept as text. A pair without ``=`` or a key is a ``ValueError``."""
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        try:
+            found[key.strip()] = loads_json(value, max_chars=1 << 20)
+        except ValueError:
+            found[key.strip()] = value
+    return found

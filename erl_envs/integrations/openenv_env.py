@@ -34,7 +34,8 @@ try:
     from openenv.core.env_server.types import EnvironmentMetadata, State
     from pydantic import Field
 except ImportError as error:  # pragma: no cover - only without the extra
-    raise ImportError(f"erl-serve needs openenv-core: pip install 'erl-gym[serve]' ({error})") from None
+    raise ImportError(f'erl-serve needs openenv-core: pip install "openenv-core>=0.3,<0.4" uvicorn ({error})') \
+        from None
 
 __all__ = ["describe", "ERLState", "mcp_server_for", "manual_sections"]
 

@@ -74,7 +74,8 @@ try:
     from pydantic import BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
 except ImportError as error:  # pragma: no cover - only without the extra
-    raise ImportError(f"erl-serve needs openenv-core and uvicorn: pip install 'erl-gym[serve]' ({error})") from None
+    raise ImportError(f'erl-serve needs openenv-core and uvicorn: pip install "openenv-core>=0.3,<0.4" uvicorn '
+                      f'({error})') from None
 
 __all__ = ["ERLAction", "ERLObservation", "ServedEnv", "SessionStore", "EpisodeStateError", "ResetRefusedError",
            "build_app", "server_config", "serve", "check_limits", "check_port", "main", "MAX_OPTION_DEPTH",
@@ -489,20 +490,19 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: st
     uvicorn.Server(server_config(app, host, port, log_level=log_level)).run()
 
 
-def _parse_kwargs(pairs: list[str]) -> dict:
-    """``--env-kwarg key=value`` pairs; values are read as JSON when they parse (numbers, booleans), else text."""
-    from erl_envs.safe_parse import loads_json
+def _parse_kwargs(pairs: list[str], json_text: str | None = None) -> dict:
+    """``--env-kwargs JSON`` (an object), then each ``--env-kwarg key=value`` over it, as ``erl-train`` reads them."""
+    from erl_envs.safe_parse import key_values, loads_json
 
     kwargs = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--env-kwarg expects key=value, got {pair!r}")
+    if json_text is not None:
         try:
-            kwargs[key] = loads_json(value)
-        except ValueError:
-            kwargs[key] = value
-    return kwargs
+            kwargs = loads_json(json_text, max_chars=1 << 20)
+        except ValueError as exc:
+            raise ValueError(f"--env-kwargs is not valid JSON: {exc}") from None
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"--env-kwargs must be a JSON object, got {type(kwargs).__name__}")
+    return {**kwargs, **key_values(pairs)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -511,6 +511,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reflection", action="store_true", help="serve the env inside ReflectionWrapper")
     parser.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                         help="keyword argument for gymnasium.make (repeatable), e.g. max_steps=8")
+    parser.add_argument("--env-kwargs", metavar="JSON", help='keyword arguments for gymnasium.make as one JSON object, '
+                        'e.g. \'{"size": [2, 4]}\' (--env-kwarg pairs apply over it)')
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--session-ttl", type=float, default=600.0, help="close sessions idle this many seconds")
@@ -537,7 +539,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_port(args.port)
         check_limits(args.session_ttl, args.max_sessions, args.max_body_bytes, args.request_timeout)
-        app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg), args.session_ttl, args.max_sessions,
+        app = build_app(args.env, args.reflection, _parse_kwargs(args.env_kwarg, args.env_kwargs), args.session_ttl,
+                        args.max_sessions,
                         args.max_body_bytes, args.request_timeout, tuple(args.allow_origin), web=web,
                         allowed_hosts=(*hosts, args.host))
     except (ValueError, TypeError) as error:

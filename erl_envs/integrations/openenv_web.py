@@ -40,7 +40,8 @@ try:
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError as error:  # pragma: no cover - only without the extra
-    raise ImportError(f"erl-serve --web needs fastapi: pip install 'erl-gym[serve]' ({error})") from None
+    raise ImportError(f'erl-serve --web needs fastapi: pip install "openenv-core>=0.3,<0.4" uvicorn ({error})') \
+        from None
 
 __all__ = ["WebPlay", "WebEpisodeError", "mount_web_interface", "page_headers", "PAGE"]
 

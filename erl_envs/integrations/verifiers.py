@@ -25,13 +25,12 @@ search over copies of the env itself (so it is exactly the env's dynamics and st
 answer in ``\\boxed{}``; another text env has none (the task stays "unchecked"). The checks run no model and need no
 sandbox, but ``vf-validate``'s default runtime is a hosted Prime sandbox, so run it with the local one::
 
-    vf-validate erl-gym-verifiers --runtime.type subprocess -n 20
+    vf-validate erl-gym-verifiers --runtime.type subprocess -n 20 --only-gold
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ try:
     from verifiers.v1.harnesses.null.harness import NullHarnessConfig
     from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE, launch_chat_program
 except ImportError as error:  # pragma: no cover - only without the extra
-    raise ImportError(f"this adapter needs verifiers>=0.4: pip install 'erl-gym[verifiers]' ({error})") from None
+    raise ImportError(f'this adapter needs verifiers>=0.4: pip install "verifiers>=0.4,<0.5" ({error})') from None
 
 __all__ = ["ERLTasksetConfig", "ERLData", "ERLTask", "ERLTaskset", "ERLEnvConfig", "ERLEnv", "ERLChatHarnessConfig",
            "ERLChatHarness", "load_environment", "gold_replies", "TASKSET_ID"]
@@ -227,7 +226,8 @@ class ERLEnv(vf.Env[ERLEnvConfig]):
         trace = interaction.trace
         trace.record_reward("erl_return", total, 1.0)
         trace.info["erl_steps"] = steps
-        trace.info["erl_outcome"] = json.dumps(outcome)
+        # An object, as the trace is JSON: readers get outcome["success"], not a string to parse again.
+        trace.info["erl_outcome"] = {key: value if value is None else bool(value) for key, value in outcome.items()}
 
 
 def load_environment(env_id: str = "ERL-FrozenLake-v0", num_tasks: int = 100, seed: int = 0,
