@@ -2,7 +2,7 @@
 
 Every import of every module in ``erl_envs``, ``erl_agents`` and ``benchmarks`` is read from the source (module-level
 and inside functions alike: a lazy import is still a dependency), and the tests fail on an import circle or on an
-import against the direction of the layers (README, "How the code is laid out").
+import against the direction of the layers (docs/layout.md, "How the code is laid out").
 """
 
 from __future__ import annotations
