@@ -73,9 +73,11 @@ def _run_at_once(count: int, folder: Path, steps: int, env: dict) -> dict:
     for process, log, index in processes:
         process.wait()
         log.close()
+        metrics = folder / f"run{index}" / "metrics.jsonl"
         runs.append({"seconds": round(time.perf_counter() - start, 2), "returncode": process.returncode,
-                     "digest": metrics_digest(folder / f"run{index}" / "metrics.jsonl")
-                     if process.returncode == 0 else None})
+                     "digest": metrics_digest(metrics) if process.returncode == 0 else None,
+                     "last_step": max((json.loads(line)["step"] for line in metrics.read_text().splitlines()
+                                       if line.strip()), default=0) if metrics.exists() else 0})
     stop.set()
     sampler.join()
     return {"wall_s": round(time.perf_counter() - start, 2), "runs": runs, "load1": loads}
