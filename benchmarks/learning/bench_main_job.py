@@ -2,7 +2,8 @@
 
 * the main job, ``erl-train --env ERL-FrozenLake-v0 --algo erl --preset cpu-tiny``: ERL whose reflection is the
   RuleReflector's plan (the shortest solution of the failed board, read with the env's symbols: privileged), for
-  the preset's 8 minutes of training, so its step count depends on the machine's speed and load;
+  the preset's step budget (earlier runs stopped after 8 minutes of training, so their step count depended on the
+  machine's speed and load; a run's config.json says which);
 * the CI learning check, ``tests/agents/test_trainer.py::test_tiny_model_improves_on_small_frozen_lake``, RLVR and
   ERL: 80 steps each (step-based, so the numbers are the same on any CPU; ``ci_check_config`` is the test's config).
 
@@ -129,6 +130,13 @@ def _evals(rows: list[dict]) -> list[tuple[int, int, int]]:
             for r in rows if "eval/success" in r]
 
 
+def _budget_words(config: dict) -> str:
+    """How the run was bounded: the preset's steps, or (runs made before the step budget) minutes of training."""
+    if config.get("time_limit_min"):
+        return f"the preset stopped it after {config['time_limit_min']:g} minutes of training"
+    return f"the preset runs {config['steps']} steps"
+
+
 def _load_words(load: list[float]) -> str:
     return f"load average {min(load):.1f}-{max(load):.1f}" if load else "load not recorded"
 
@@ -146,8 +154,8 @@ def to_markdown(data: Path = DATA) -> str:
         lines += [
             "## The main job", "",
             f"`erl-train {' '.join(MAIN_ARGS)}` (seed {config['seed']}): {config['algo'].upper()}, the reflection "
-            f"written by {REFLECTORS.get(config['reflector'], config['reflector'])}; the preset stops after "
-            f"{config['time_limit_min']:g} minutes of training. This run: {steps} steps, "
+            f"written by {REFLECTORS.get(config['reflector'], config['reflector'])}; {_budget_words(config)}. "
+            f"This run: {steps} steps, "
             f"{last.get('time/training', 0) / 60:.1f} training minutes, {last.get('time/elapsed', 0) / 60:.1f} wall "
             f"minutes, torch threads {config['threads'] or 'all cores'}, {_load_words(load)} while it ran "
             f"({os.cpu_count()} CPUs here).", "",
