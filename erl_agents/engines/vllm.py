@@ -30,8 +30,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from erl_agents.decoding import ActionTrie, ConstraintTable, stop_string_end
-from erl_agents.engines.base import Engine, Reply, SamplingParams
+from erl_agents.decoding import ActionTrie, stop_string_end
+from erl_agents.engines.base import Engine, Reply
 from erl_agents.engines.weights import architecture_of, engine_weights, write_weights
 from erl_agents.models import PACKAGED_MODELS, Policy
 
