@@ -365,7 +365,7 @@ def test_a_time_limited_run_killed_and_resumed_ends_where_the_uninterrupted_one_
 
     def run(name, stop_at=None, **overrides):
         monkeypatch.setattr(trainer_module, "time", _Clock())
-        trainer = Trainer(_run_config(tmp_path, name, steps=50, time_limit_min=0.5, checkpoint_every=2, **overrides))
+        trainer = Trainer(_run_config(tmp_path, name, steps=50, time_limit_min=1.0, checkpoint_every=2, **overrides))
 
         def update(*args, **kwargs):
             if trainer.step == stop_at:

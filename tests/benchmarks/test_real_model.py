@@ -196,7 +196,8 @@ def test_first_move_distribution_is_what_constrained_sampling_draws(tiny_policy)
     temperature 1 from the same context (2,000 draws: each within 0.04)."""
     import torch
 
-    from erl_agents.rollout import ConstraintTable, generate_replies
+    from erl_agents.engines.hf import generate_replies
+    from erl_agents.rollout import ConstraintTable
     from erl_envs.protocol import instructions_of
 
     env = make_env("ERL-FrozenLake-v0", {"size": [2, 3], "prompts": "small"})
