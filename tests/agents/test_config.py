@@ -344,7 +344,7 @@ def test_every_preset_passes_validation():
 
 def test_paper_preset_plays_the_grid_games_by_the_papers_protocol(monkeypatch, tmp_path):
     """Its prompt set, pool memory of 1,024 slots and test sets; the train layouts only when the file is there."""
-    from erl_agents import config as config_module
+    from erl_agents import presets as presets_module
 
     for env in ("ERL-FrozenLake-v0", "ERL-Sokoban-v0"):
         cfg = build_config({"preset": "paper-qwen3-4b", "env": env})
@@ -358,10 +358,10 @@ def test_paper_preset_plays_the_grid_games_by_the_papers_protocol(monkeypatch, t
     monkeypatch.setenv("ERL_PAPER_TASKS", str(tmp_path))
     monkeypatch.setenv("ERL_SHARED", str(tmp_path))
     (tmp_path / "sokoban_train.parquet").write_bytes(b"")
-    assert config_module._paper_sokoban_training()["env_kwargs"]["levels"] == str(tmp_path / "sokoban_train.parquet")
+    assert presets_module._paper_sokoban_training()["env_kwargs"]["levels"] == str(tmp_path / "sokoban_train.parquet")
     (tmp_path / "sokoban_train.parquet").unlink()
     monkeypatch.setattr("erl_envs.paper_tasks.Path.is_file", lambda self: False)
-    assert "levels" not in config_module._paper_sokoban_training()["env_kwargs"]
+    assert "levels" not in presets_module._paper_sokoban_training()["env_kwargs"]
 
 
 def test_paper_preset_runs_the_reference_scripts_and_cpu_tiny_stays_as_it_was():
