@@ -82,6 +82,7 @@ class TrainConfig:
     vllm_tensor_parallel_size: int = 1  # GPUs each rank's engine shards the model over
     vllm_kv_cache_gb: float = 0.0  # vLLM's KV cache; 0 = from the memory share on a GPU, 2 GiB on the CPU backend
     vllm_sleep_mode: bool = True  # on GPUs: vLLM's weights and KV cache leave the GPU during the update
+    vllm_dtype: str = "auto"  # the engine's weights: auto (the run's compute dtype), float32, bfloat16, float16
     logprob_check: bool = True  # log rollout/logprob_abs_diff: |engine - trainer| log-probs of the sampled tokens
     # --- the update ---
     lr: float = 1e-6  # AdamW learning rate (paper: 1e-6)
@@ -275,6 +276,7 @@ RULES: dict[str, Rule] = {
     "vllm_tensor_parallel_size": _at_least(1, 1024, resume="free"),
     "vllm_kv_cache_gb": _off_or_more(kind=float, resume="free"),
     "vllm_sleep_mode": _FREE_FLAG,
+    "vllm_dtype": _one_of("auto", "float32", "bfloat16", "float16", resume="free"),
     "logprob_check": _FREE_FLAG,
     "max_seq_len": _at_least(2, _MANY_TOKENS),
     "lr": _positive(),

@@ -219,7 +219,8 @@ class Trainer:
         from erl_agents.engines.vllm import VLLMEngine
 
         folder = Path(cfg.output) / "engine_model" / f"rank{self.world.rank}"
-        return VLLMEngine(self.policy, folder, dtype=_DTYPE_NAMES[self.precision.compute or torch.float32],
+        dtype = cfg.vllm_dtype if cfg.vllm_dtype != "auto" else _DTYPE_NAMES[self.precision.compute or torch.float32]
+        return VLLMEngine(self.policy, folder, dtype=dtype,
                           max_model_len=cfg.max_seq_len, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
                           tensor_parallel_size=cfg.vllm_tensor_parallel_size, kv_cache_gb=cfg.vllm_kv_cache_gb,
                           seed=cfg.seed + 1_000_003 * self.world.rank, sleep_mode=cfg.vllm_sleep_mode,
