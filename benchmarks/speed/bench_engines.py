@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 
+from benchmarks.reporting import write_keeping_analysis  # noqa: E402
+
 
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
@@ -131,6 +133,7 @@ def _rounds(rounds: int, tasks: int, vllm_dtype: str, seed: int) -> list[dict]:
                     load = _load()
                     replay_tokens, replay_s = recorder.replay()
                     rows.append(row)
+                    print(json.dumps(row), flush=True)
                     row = {"round": number, "engine": "vllm-alone", "tokens": replay_tokens, "generation_s": replay_s,
                            "wall_s": replay_s, "episodes": len(episodes), "load": load, "reflections": 0,
                            "same_tokens": replay_tokens == tokens}
@@ -215,7 +218,7 @@ def to_markdown(data: dict) -> str:
         for r in data["train"]:
             lines.append(f"| {r['engine']} | {r['step']} | {r['step_s']:.1f} | {r['generation_s']:.1f} | "
                          f"{r['update_s']:.1f} | {r['weight_sync_s']:.2f} | {r['tokens']} | "
-                         f"{r['logprob_abs_diff'] if r['logprob_abs_diff'] is not None else 'n/a'} |")
+                         f"{r['logprob_abs_diff']:.1e} |" if r["logprob_abs_diff"] is not None else "n/a |")
         for name in ("hf", "vllm"):
             steps = [r["step_s"] for r in data["train"] if r["engine"] == name]
             if steps:
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path = output.with_suffix(".json")
     if args.report_only:
         data = json.loads(data_path.read_text())
-        output.write_text(to_markdown(data))
+        write_keeping_analysis(output, to_markdown(data))
         print(output.read_text())
         return 0
     if args.quick:
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.quick:
         data_path.write_text(json.dumps(data, indent=1))
-        output.write_text(text)
+        write_keeping_analysis(output, text)
     return 0
 
 
