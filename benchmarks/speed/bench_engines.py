@@ -179,7 +179,7 @@ def summary(data: dict) -> dict:
     return out
 
 
-def to_markdown(data: dict) -> str:
+def to_markdown(data: dict, data_name: str = "engines.json") -> str:
     s = summary(data)
     lines = [
         "# Generation engines: hf vs vLLM on the trainer's rollouts",
@@ -210,7 +210,8 @@ def to_markdown(data: dict) -> str:
                      f"{s['vllm']['tokens_per_s'] / alone:.0%} counting the seconds in sample calls, "
                      f"{s['vllm']['wall_tokens_per_s'] / alone:.0%} counting the whole rollout wall (envs and "
                      f"turns included). The replay sampled {'the same' if same else 'a different'} number of tokens "
-                     "(same prompts, settings and seeds).")
+                     "(same prompts, settings and seeds" + ("" if same else "; in bf16 a batch's numerics depend on "
+                     "what else is in it, so a seeded sample can differ") + ").")
     if data.get("train"):
         lines += ["", "Whole training steps (rollout, LoRA update, weight sync), cpu-smol:", "",
                   "| engine | step | step s | generation s | update s | weight sync s | sampled tokens | "
@@ -224,8 +225,8 @@ def to_markdown(data: dict) -> str:
             if steps:
                 lines.append(f"\nMedian step wall time, {name}: {statistics.median(steps):.1f} s over {len(steps)} "
                              "step(s).")
-    lines += ["", "Raw rounds: `engines.json` beside this file (every figure above is computed from it by "
-              "`benchmarks/speed/bench_engines.py --report-only`)."]
+    lines += ["", f"Raw rounds: `{data_name}` beside this file (every figure above is computed from it by "
+              f"`benchmarks/speed/bench_engines.py --report-only --output benchmarks/results/{data_name.replace('.json', '.md')}`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     data_path = output.with_suffix(".json")
     if args.report_only:
         data = json.loads(data_path.read_text())
-        write_keeping_analysis(output, to_markdown(data))
+        write_keeping_analysis(output, to_markdown(data, data_path.name))
         print(output.read_text())
         return 0
     if args.quick:
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed}
     data["rounds"] = _rounds(args.rounds, args.tasks, args.vllm_dtype, args.seed)
     data["train"] = _train_steps(args.train_steps, args.tasks) if args.train_steps else []
-    text = to_markdown(data)
+    text = to_markdown(data, data_path.name)
     print(text)
     if not args.quick:
         data_path.write_text(json.dumps(data, indent=1))
