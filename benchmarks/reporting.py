@@ -47,3 +47,22 @@ def write_keeping_analysis(path: Path, generated: str) -> None:
     kept = old.split(ANALYSIS_MARKER, 1)[1] if ANALYSIS_MARKER in old else "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(generated.rstrip("\n") + "\n\n" + ANALYSIS_MARKER + kept)
+
+
+# The held-out FrozenLake maps of the cpu-smol setting, played by every constant policy (always Up / Down / Left /
+# Right): benchmarks/real_model/board_dependence.py records which maps each one solves.
+CONSTANT_POLICY_DATA = Path(__file__).resolve().parent / "results" / "board_dependence" / "untrained.json"
+
+
+def best_constant_policy_line(path: Path = CONSTANT_POLICY_DATA) -> str:
+    """One sentence giving the best always-one-move policy's held-out FrozenLake score, computed from ``path``: the
+    figure a real model's numbers must beat before they say anything about learning."""
+    import json
+
+    solved = json.loads(path.read_text())["constant"]
+    scores = {move: (sum(map(bool, maps)), len(maps)) for move, maps in solved.items()}
+    best = max(scores, key=lambda m: scores[m][0])
+    k, n = scores[best]
+    others = ", ".join(f"{m} {a}/{b}" for m, (a, b) in scores.items() if m != best)
+    return (f"Best constant policy on the cpu-smol held-out FrozenLake maps (always {best}): {rate(k, n)} "
+            f"(others: {others}; from `{path.relative_to(path.parents[3])}`).")

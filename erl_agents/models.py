@@ -67,7 +67,7 @@ FALLBACK_CHAT_TEMPLATE = (
 # sits before it can relate the agent, the goal and the holes; that is most of what it spends its samples on. A row
 # token already says which column holds what, and the row above is simply the previous token. On FrozenLake sizes
 # 2-4 this took supervised grid -> move learning from ~10k samples to ~4k before it beat chance, and RL from a
-# policy stuck at chance for 10 minutes to one that learns in 2 (benchmarks/results/learning.md). Rows only pay off
+# policy stuck at chance for 10 minutes to one that learns in 2 (an older study whose data is gone; bench_learning.py reruns it). Rows only pay off
 # while the env's distinct rows fit in the vocabulary (small boards, few symbols); a row BPE never saw falls back to
 # pieces, so the default stays "cell".
 GRID_TOKEN_PATTERNS = {"cell": r" \S \t", "row": r"(?: \S \t)+\n?"}

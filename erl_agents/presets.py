@@ -152,7 +152,7 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
     # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small
     # entropy bonus: without them the policy collapses onto its first guesses before it can read the board
-    # vertically (benchmarks/results/learning.md).
+    # vertically (an older learning study whose data is gone; `benchmarks/learning/bench_learning.py` reruns it).
     ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
                                             lr=1e-3, entropy_coef=0.01, reflector="plan"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 
-from benchmarks.reporting import write_keeping_analysis  # noqa: E402
+from benchmarks.reporting import best_constant_policy_line, write_keeping_analysis  # noqa: E402
 
 
 def _load() -> float:
@@ -190,6 +190,9 @@ def to_markdown(data: dict, data_name: str = "engines.json") -> str:
         f"Model: SmolLM2-135M-Instruct; hf engine in float32 (the cpu-smol preset's dtype), vLLM in "
         f"{data['vllm_dtype']}; cpu-smol ERL rollouts of {data['tasks']} task(s) x {data['group_size']} episodes per "
         f"round, {data['rounds_run']} interleaved round(s), memory off.",
+        "",
+        "These are speed figures (the engines' episodes are not scored); for scale, "
+        + best_constant_policy_line()[0].lower() + best_constant_policy_line()[1:],
         "",
         "| engine | sampled tokens | seconds sampling | sampled tokens/s | per round | rollout wall s | "
         "tokens/s over the rollout wall |",
