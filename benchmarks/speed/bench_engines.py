@@ -191,8 +191,7 @@ def to_markdown(data: dict, data_name: str = "engines.json") -> str:
         f"{data['vllm_dtype']}; cpu-smol ERL rollouts of {data['tasks']} task(s) x {data['group_size']} episodes per "
         f"round, {data['rounds_run']} interleaved round(s), memory off.",
         "",
-        "These are speed figures (the engines' episodes are not scored); for scale, "
-        + best_constant_policy_line()[0].lower() + best_constant_policy_line()[1:],
+        "These are speed figures (the engines' episodes are not scored); for scale: " + best_constant_policy_line(),
         "",
         "| engine | sampled tokens | seconds sampling | sampled tokens/s | per round | rollout wall s | "
         "tokens/s over the rollout wall |",

@@ -20,6 +20,7 @@ process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set here before vLLM starts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -75,6 +76,19 @@ def _architectures_of(model: str) -> list[str]:
         except (ValueError, AttributeError):
             return []
     return []
+
+
+@contextlib.contextmanager
+def _random_streams_kept():
+    """vLLM seeds Python's, numpy's and torch's global generators when it starts (and its imports draw from them);
+    the trainer's streams, a resumed run's restored ones included, go on as if no engine had started."""
+    states = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
+            yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
 
 
 def _check_cpu_head_size(config) -> None:
@@ -152,16 +166,9 @@ class VLLMEngine(Engine):
             # The CPU backend binds its OpenMP threads to every core by default; a run given a thread budget (several
             # runs sharing the cores) keeps torch's thread count instead.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        # vLLM seeds Python's, numpy's and torch's global generators when it starts (and its imports draw from
-        # them); the trainer's streams, a resumed run's restored ones included, go on as if no engine had started.
-        states = random.getstate(), np.random.get_state()
-        try:
-            with torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))):
-                self._start(policy, folder, dtype, max_model_len, gpu_memory_utilization, tensor_parallel_size,
-                            kv_cache_gb, seed, sleep_mode, enforce_eager, weight_transfer)
-        finally:
-            random.setstate(states[0])
-            np.random.set_state(states[1])
+        with _random_streams_kept():
+            self._start(policy, folder, dtype, max_model_len, gpu_memory_utilization, tensor_parallel_size,
+                        kv_cache_gb, seed, sleep_mode, enforce_eager, weight_transfer)
 
     def _start(self, policy, folder, dtype, max_model_len, gpu_memory_utilization, tensor_parallel_size, kv_cache_gb,
                seed, sleep_mode, enforce_eager, weight_transfer) -> None:
