@@ -47,8 +47,8 @@ ACTIONS_KEY = "erl_action_sequences"
 
 
 def vllm_problem(model: str, architectures: Sequence[str] | None = None) -> str:
-    """Why vLLM cannot serve ``model`` here ("" when it can): not installed, or an architecture it has no
-    implementation of. ``architectures`` (from a model's config) skips reading them from ``model``'s folder."""
+    """Why vLLM cannot serve ``model`` here ("" when it can): not installed, an architecture it has no
+    implementation of, or on a CPU a head size its attention lacks. ``architectures`` (from a model's config) skips reading them from ``model``'s folder."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
@@ -63,19 +63,28 @@ def vllm_problem(model: str, architectures: Sequence[str] | None = None) -> str:
 
     supported = set(ModelRegistry.get_supported_archs())
     missing = [a for a in architectures if a not in supported]
-    return f"vLLM has no implementation of {', '.join(missing)}" if missing else ""
+    if missing:
+        return f"vLLM has no implementation of {', '.join(missing)}"
+    return "" if torch.cuda.is_available() else _cpu_head_size_problem(_config_of(model))
+
+
+def _config_of(model: str) -> dict:
+    """The fields of ``model``'s config.json when it is a folder holding one (small enough to read), else {}."""
+    config = Path(model) / "config.json"
+    if config.is_file() and config.stat().st_size < 1 << 20:
+        try:
+            fields = json.loads(config.read_text())
+        except ValueError:
+            return {}
+        return fields if isinstance(fields, dict) else {}
+    return {}
 
 
 def _architectures_of(model: str) -> list[str]:
     if model == "tiny" or model in PACKAGED_MODELS:
         return ["LlamaForCausalLM"]  # the tiny model and SmolLM2 are Llamas
-    config = Path(model) / "config.json"
-    if config.is_file() and config.stat().st_size < 1 << 20:
-        try:
-            return list(json.loads(config.read_text()).get("architectures") or [])
-        except (ValueError, AttributeError):
-            return []
-    return []
+    architectures = _config_of(model).get("architectures") or []
+    return list(architectures) if isinstance(architectures, list) else []
 
 
 @contextlib.contextmanager
@@ -91,16 +100,26 @@ def _random_streams_kept():
         np.random.set_state(states[1])
 
 
-def _check_cpu_head_size(config) -> None:
-    """vLLM's CPU attention has kernels for some head sizes only; another size fails deep in the first forward."""
+def _cpu_head_size_problem(config: dict) -> str:
+    """vLLM's CPU attention has kernels for some head sizes only; another size fails deep in the first forward.
+    ``config``: a model config's fields (config.json's, or ``PretrainedConfig.to_dict()``)."""
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    try:
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return ""  # not a shape this check knows; vLLM's own checks speak for it
     supported = CPUAttentionBackend.get_supported_head_sizes()
-    if head not in supported:
-        raise ValueError(f"vLLM's CPU attention supports head sizes {', '.join(map(str, supported))}; this model's is "
-                         f"{head} (use --engine hf, or for the tiny model a --tiny-hidden / --tiny-heads ratio it "
-                         "supports)")
+    if head in supported:
+        return ""
+    return (f"vLLM's CPU attention supports head sizes {', '.join(map(str, supported))}; this model's is {head} "
+            "(use --engine hf, or for the tiny model a --tiny-hidden / --tiny-heads ratio it supports)")
+
+
+def _check_cpu_head_size(config) -> None:
+    problem = _cpu_head_size_problem(config.to_dict())
+    if problem:
+        raise ValueError(problem)
 
 
 def _prepare_vllm_import() -> None:
@@ -188,6 +207,10 @@ class VLLMEngine(Engine):
                       max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
                       logits_processors=[_constraint_processor_class()], tensor_parallel_size=tensor_parallel_size,
                       enforce_eager=self.on_cpu if enforce_eager is None else enforce_eager)
+        if self.on_cpu:
+            # vLLM's CPU runner rewinds a seeded request's generator after a partial (chunked) prefill, which CPU
+            # generators cannot do: a step whose prompts exceed the token budget crashed. Whole prefills only.
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 4096))
         if self.on_cpu or kv_cache_gb:
             # On the CPU the memory fraction would reserve that share of the machine's RAM; a set KV cache does not.
             kwargs["kv_cache_memory_bytes"] = int((kv_cache_gb or DEFAULT_CPU_KV_CACHE_GB) * (1 << 30))

@@ -57,7 +57,8 @@ def lock_run(tmp_path, model: str, algo: str = "erl", seed: int = SEED, distill:
         preset="cpu-tiny", env=LOCK_ID, env_kwargs={"locks": LOCKS, "keys": KEYS}, algo=algo, model=model,
         seed=seed, output=str(tmp_path / f"{algo}-{distill}-{seed}"), steps=80, tasks_per_step=32, n_erl=4,
         n_rlvr=8, lr=6e-4, reflector="rule", max_seq_len=256, eval_every=20, eval_tasks=64, eval_samples=2,
-        checkpoint_every=0, save_final_model=False, progress=False, time_limit_min=0.0, threads=1))
+        checkpoint_every=0, save_final_model=False, progress=False, time_limit_min=0.0, threads=1,
+        engine="hf"))  # the engine its table was measured on (auto would pick vLLM for a saved model)
     trainer = Trainer(config)
     if algo == "erl":
         # The privileged reflector (it knows the secret table) in place of the rule reflector the config names.

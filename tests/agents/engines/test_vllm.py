@@ -126,6 +126,18 @@ def test_each_request_draws_its_seed_from_torch_so_a_seeded_run_repeats(policy, 
     assert first == again and first != other
 
 
+def test_a_step_whose_prompts_exceed_the_token_budget_samples_seeded_replies(policy, engine):
+    """More prompt tokens in one call than vLLM schedules in one forward (4,096 here): on its CPU runner a chunked
+    prefill of a seeded request crashed ("CPU Generator does not use offset"); the lock test's steps hit it."""
+    contexts = [policy.chat.open(TextBanditEnv().instructions, f"Turn {i} of {i * 7 % 13}. Which door?")
+                for i in range(300)]
+    assert sum(map(len, contexts)) > 4096
+    torch.manual_seed(3)
+    first = engine.sample(contexts, SamplingParams(1.0, 1.0, 0, 2))
+    torch.manual_seed(3)
+    assert [r.ids for r in engine.sample(contexts, SamplingParams(1.0, 1.0, 0, 2))] == [r.ids for r in first]
+
+
 def test_new_weights_are_served_after_a_sync_and_not_before(policy, engine):
     """The sync a trainer runs after its update: without it the engine keeps sampling the old policy. The same
     contexts before and after also show that the prefix cache (the old weights' keys and values) is dropped."""
@@ -262,6 +274,22 @@ def test_a_resumed_vllm_run_continues_exactly(tmp_path):
 def test_lora_runs_serve_the_merged_adapters(tmp_path):
     rows = _train(_run(tmp_path, "lora", algo="rlvr", lora_r=4, lora_alpha=8.0, lr=1e-2, steps=3))
     assert all(r["rollout/logprob_abs_diff"] < 1e-4 for r in rows)
+
+
+def test_auto_takes_hf_for_a_saved_model_whose_head_size_the_cpu_attention_lacks(tmp_path):
+    """A tiny model saved as a folder (head size 16) ran into the engine's refusal under --engine auto."""
+    from erl_agents.engines import resolve_engine
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU backend's limit")
+    tokenizer = build_tiny_tokenizer(["a b c"] * 5, vocab_size=270)
+    build_tiny_model(tokenizer, 64, 2, 4, 128, seed=0).save_pretrained(str(tmp_path / "heads16"))
+    name, why = resolve_engine("auto", str(tmp_path / "heads16"))
+    assert name == "hf" and "this model's is 16" in why
+    build_tiny_model(tokenizer, 64, 2, 2, 128, seed=0).save_pretrained(str(tmp_path / "heads32"))
+    assert resolve_engine("auto", str(tmp_path / "heads32")) == ("vllm", "")
+    with pytest.raises(ValueError, match="^--engine vllm: vLLM's CPU attention supports head sizes"):
+        resolve_engine("vllm", str(tmp_path / "heads16"))
 
 
 def test_auto_takes_vllm_for_a_model_it_serves_and_hf_for_one_it_does_not(tmp_path):
