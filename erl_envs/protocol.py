@@ -4,8 +4,9 @@ text pieces every part of erl_envs shares (``FreeText``, ``TEXT_CHARSET``, ``utf
 Spaces: our envs declare observations as ``BoundedText`` (a ``Text`` space that Gymnasium's async vector envs carry
 through shared memory intact, so ``gym.make_vec(..., vectorization_mode="async")`` works with its defaults) and
 actions as ``FreeText`` (``contains`` is true of every ``str``, as ``step`` reads any str); an unbounded ``FreeText``
-observation space (``ReflectionWrapper``'s) cannot use shared memory, and an async vector env refuses it at
-construction, saying to pass ``shared_memory=False``.
+observation space (``ReflectionWrapper``'s) cannot use shared memory, and Gymnasium's ``AsyncVectorEnv`` refuses it at
+construction in one line naming ``ReflectionAsyncVectorEnv``: pipes alone would not do, as Gymnasium's info merging
+fails at the first step where the wrappers' phases differ (an attempt number beside a reflect step's None).
 
 Required: observations and actions are ``str``; ``reset(seed=s, options=o)`` with the same ``s`` and ``o`` gives the
 same task instance (the wrapper replays an instance this way for the second attempt).
@@ -45,7 +46,6 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import CustomSpaceError
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 __all__ = ["GENERIC_INSTRUCTIONS", "STYLES", "TEXT_CHARSET", "FreeText", "BoundedText", "SharedTextView", "utf8_safe",
@@ -149,8 +149,12 @@ def _write_bounded_text_memory(space: BoundedText, index: int, value: str, share
 
 @create_shared_memory.register(FreeText)
 def _refuse_free_text_memory(space: FreeText, n: int = 1, ctx=multiprocessing):
-    raise CustomSpaceError("FreeText observations have no length bound, so they cannot travel through shared memory: "
-                           "make the async vector env with shared_memory=False")
+    # A ValueError, not Gymnasium's CustomSpaceError: AsyncVectorEnv replaces the latter with a vaguer error of its own
+    # (suggesting shared_memory=False, which fails later on the infos) and leaves this line as the traceback's cause.
+    raise ValueError("FreeText observations (ReflectionWrapper's) have no length bound, so an async vector env cannot "
+                     "carry them in shared memory: use erl_envs.ReflectionAsyncVectorEnv(env_fns), which sends them "
+                     "through pipes and keeps each sub-env's info whole (Gymnasium's info merging cannot batch the "
+                     "wrapper's records)")
 
 
 def utf8_safe(text: str) -> str:

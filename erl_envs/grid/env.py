@@ -131,9 +131,10 @@ class GridTextEnv(gym.Env[str, str]):
     reply could not be parsed or a move had no effect, then ``NOT_SOLVED_LINE`` while the episode goes on, then
     ``"Steps remaining: N"``. The first observation is the grid and the steps line. All lines are module constants.
 
-    Vector envs: ``gymnasium.make_vec(id, n, vectorization_mode="sync")`` works as is; for ``"async"`` pass
-    ``vector_kwargs={"shared_memory": False}``: Gymnasium 1.4 reads ``Text`` observations out of shared memory only
-    once, at construction, so with shared memory every later batch would repeat that stale (empty) text.
+    Vector envs: ``gymnasium.make_vec(id, n, vectorization_mode="sync" | "async")`` works with Gymnasium's defaults.
+    The observation space is ``erl_envs.protocol.BoundedText``, whose shared-memory slots are read afresh on every
+    access (Gymnasium 1.4 reads a plain ``Text`` buffer once, at construction, so every later batch would repeat that
+    stale, empty text).
 
     Subclass contract
     -----------------

@@ -99,7 +99,7 @@ class FrozenLakeTextEnv(GridTextEnv):
     Reset options: ``size``, ``p``, ``max_steps`` (this episode only), ``map`` (explicit rows of ``S``/``F``/``H``/
     ``G``, checked by ``validate_map``, with a goal reachable from the start; excludes ``size``/``p``). Maps up to
     ``max(16, largest size)`` per side fit.
-    Async vector envs need ``vector_kwargs={"shared_memory": False}`` (see ``GridTextEnv``).
+    Sync and async vector envs work with Gymnasium's defaults (see ``GridTextEnv``).
 
     ## Text format
     A 3x3 map ``["SFF", "FHF", "FFG"]`` with abstract symbols, after one move Right::

@@ -1,5 +1,6 @@
 """erl_envs.protocol's spaces: async vector envs carry text observations through Gymnasium's shared memory, an
-unbounded text space is refused at construction in one line, and ``action_space.contains`` agrees with ``step``."""
+unbounded text space (ReflectionWrapper's) is refused at construction in one line naming the fix that works, and
+``action_space.contains`` agrees with ``step``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 import erl_envs  # noqa: F401
 from erl_envs.protocol import BoundedText, FreeText, SharedTextView
-from erl_envs.reflection import ReflectionAsyncVectorEnv, ReflectionWrapper
+from erl_envs.reflection import ReflectionAsyncVectorEnv, ReflectionSyncVectorEnv, ReflectionWrapper
 
 ENVS = [("ERL-FrozenLake-v0", {"size": (2, 5)}), ("ERL-Sokoban-v0", {}), ("ERL-HotpotQA-v0", {"data": "synthetic"})]
 ACTIONS = {"ERL-HotpotQA-v0": [("<search>Raizark</search>", "<search>x</search>"), ("\\boxed{no}", "\\boxed{yes}")]}
@@ -50,17 +51,45 @@ def test_shared_text_view_is_live_and_copies_to_a_tuple():
         envs.close()
 
 
-def test_unbounded_text_is_refused_at_construction_in_one_line():
-    make = [lambda: ReflectionWrapper(gym.make("ERL-FrozenLake-v0")) for _ in range(2)]
-    with pytest.raises(ValueError, match="shared_memory=False") as caught:
-        gym.vector.AsyncVectorEnv(make)
-    assert "\n" not in str(caught.value)
-    envs = ReflectionAsyncVectorEnv(make)  # defaults to pipes
-    try:
-        obs, _ = envs.reset(seed=[0, 1])
-        assert all(isinstance(o, str) for o in obs)
-    finally:
-        envs.close()
+def _wrapped_frozen_lake():
+    return ReflectionWrapper(gym.make("ERL-FrozenLake-v0", size=(2, 5)))
+
+
+def _refusal(build):
+    with pytest.raises(ValueError) as caught:
+        build()
+    return caught.value
+
+
+def test_unbounded_text_is_refused_at_construction_in_one_line_naming_the_fix():
+    for build in (lambda: gym.vector.AsyncVectorEnv([_wrapped_frozen_lake] * 2),
+                  lambda: gym.make_vec("ERL-FrozenLake-v0", num_envs=2, vectorization_mode="async",
+                                       wrappers=[ReflectionWrapper])):
+        error = _refusal(build)
+        message = str(error)
+        # The line a user reads is ours, not Gymnasium's generic one with ours as its cause.
+        assert error.__cause__ is None and error.__context__ is None and "\n" not in message
+        # It names the fix that works (pipes alone would fail later, at Gymnasium's merge of the wrappers' infos).
+        assert "ReflectionAsyncVectorEnv" in message and "shared memory" in message
+
+
+def test_the_named_fix_plays_wrappers_in_different_phases_as_the_sync_env_does():
+    actions = ("```Left```", "```Right```", "```Up```", "```Down```", "<prompt>Go right, then down.</prompt>")
+    traces = []
+    for cls in (ReflectionSyncVectorEnv, ReflectionAsyncVectorEnv):
+        envs = cls([_wrapped_frozen_lake] * 2)
+        try:
+            obs, info = envs.reset(seed=[0, 1])
+            trace, phases = [tuple(obs)], set()
+            for t in range(30):
+                obs, rewards, terminated, truncated, info = envs.step((actions[t % 5], actions[(3 * t + 1) % 5]))
+                phases.add(tuple(info["phase"]))
+                trace.append((tuple(obs), rewards.tolist(), terminated.tolist(), truncated.tolist()))
+            traces.append(trace)
+        finally:
+            envs.close()
+    assert any(len(set(p)) > 1 for p in phases)  # a step where one wrapper reflects and the other plays
+    assert traces[0] == traces[1]
 
 
 def test_a_too_long_value_is_refused_with_the_fix():
