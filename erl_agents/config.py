@@ -119,7 +119,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     save_final_model: bool = True  # save_pretrained the trained policy into OUTPUT/final_model
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: str = "auto"  # training precision: bfloat16/float16 = fp32 weights + autocast; bfloat16-lossy-storage
+    dtype: str = "auto"  # trained weights: auto, float32; bfloat16, float16 (fp32 + autocast); bfloat16-lossy-storage
+    # (weights and moments in bf16); auto and float32 leave autocast to --precision
     threads: int = 0  # torch CPU threads; 0 = all cores
     progress: bool = True  # tqdm bar
     report_to: str = "none"  # experiment trackers besides metrics.jsonl: none, or tensorboard, trackio, wandb (comma-separated)

@@ -1,6 +1,9 @@
 """Config dataclass, presets, config files and the generated CLI (erl_agents/config.py, erl_agents/train.py)."""
 
+import ast
+import dataclasses
 import json
+import re
 
 import pytest
 
@@ -69,6 +72,25 @@ def test_cli_is_generated_from_the_dataclass(tmp_path):
     path.write_text(json.dumps({"steps": 9, "seed": 4}))
     assert parse_config(["--config", str(path), "--seed", "5"]).steps == 9
     assert parse_config(["--config", str(path), "--seed", "5"]).seed == 5
+
+
+def test_help_names_every_value_a_field_accepts():
+    """Whatever the checks accept for a field of fixed choices (presets, reflectors, ...), its --help line names."""
+    helps = {action.dest: action.help for action in build_parser()._actions}
+    checked = []
+    for field in dataclasses.fields(TrainConfig):
+        if field.type not in (str, "str"):
+            continue
+        try:
+            parse_config(["--" + field.name.replace("_", "-"), "no-such-choice"])
+        except ValueError as error:
+            listed = re.search(r"one of (\[[^]]*\])", str(error))
+            if listed is None:
+                continue
+            for choice in ast.literal_eval(listed.group(1)):
+                assert re.search(rf"(?<![\w-]){re.escape(choice)}(?![\w-])", helps[field.name]), (field.name, choice)
+            checked.append(field.name)
+    assert {"preset", "reflector", "warmup_reflector", "dtype"} <= set(checked)
 
 
 def test_summary_table_lists_eval_and_times():
