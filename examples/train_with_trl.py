@@ -2,7 +2,8 @@
 
     pip install -e ".[trl]"
     python examples/train_with_trl.py --tiny --max-steps 2          # CPU, a tiny tool-calling model built in code
-    python examples/train_with_trl.py --model smollm2-135m --max-steps 2 --num-generations 2   # offline, CPU, LoRA
+    python examples/train_with_trl.py --model smollm2-135m --max-steps 2 --num-generations 2   # offline, CPU, LoRA:
+                                                                   # about 3 minutes on 2 cores
     python examples/train_with_trl.py --model Qwen/Qwen3-0.6B       # a real tool-calling chat model (GPU)
     python examples/train_with_trl.py --model Qwen/Qwen3-0.6B --reflection   # ERL's retry loop as tool turns
 
