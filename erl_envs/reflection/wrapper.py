@@ -232,8 +232,10 @@ class ReflectionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ## Vector envs
     Gymnasium's vector envs batch info values key by key and cannot batch ``record``, ``step_info`` or
     ``attempt`` (dicts that are absent or None in some episodes, ints that are None on reflect steps); use
-    ``ReflectionSyncVectorEnv`` / ``ReflectionAsyncVectorEnv``, which keep those per sub-env. A memory object is
-    shared by the sub-envs of a sync vector env only: an async one gives each process its own copy.
+    ``ReflectionSyncVectorEnv`` / ``ReflectionAsyncVectorEnv``, which keep those per sub-env. Gymnasium's
+    ``AsyncVectorEnv`` with its defaults refuses the wrapper at construction in one line that names
+    ``ReflectionAsyncVectorEnv`` (the observations have no length bound, so no shared-memory slot holds them). A
+    memory object is shared by the sub-envs of a sync vector env only: an async one gives each process its own copy.
 
     ## Errors
     A non-str action raises ``TypeError`` naming the type (bytes too: decode first). Stepping before ``reset`` or
