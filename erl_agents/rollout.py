@@ -1,8 +1,9 @@
 """Batched multi-episode rollouts with token-in/token-out trajectories.
 
-Every live episode is advanced one turn at a time, and all episodes that need a reply of the same kind (an action,
-or a reflection, which samples differently) share one call to the generation engine (``erl_agents.engines``: ``hf``
-or ``vllm``). Each conversation is a single growing token list: the model's sampled tokens are appended as they came
+Each live episode asks the generation engine (``erl_agents.engines``: ``hf`` or ``vllm``) for one reply at a time
+and takes its turn when the reply comes back. The hf engine answers in rounds (every episode one turn, those whose
+replies are sampled alike in one batch); vLLM answers each reply as it finishes, so an episode waiting on a short
+action does not wait for another's long reflection (continuous batching). Each conversation is a single growing token list: the model's sampled tokens are appended as they came
 out of the engine (loss mask 1, with their sampling log-probs), the env's messages are appended as chat-template
 segments (mask 0), and nothing is ever re-tokenised.
 
@@ -25,7 +26,7 @@ import gymnasium as gym
 
 from erl_agents.decoding import ConstraintTable
 from erl_agents.engines import as_engine
-from erl_agents.engines.base import Engine, Reply, SamplingParams
+from erl_agents.engines.base import Engine, Reply, Request, SamplingParams
 from erl_agents.models import Policy
 from erl_envs.protocol import instructions_of
 
@@ -226,92 +227,101 @@ def run_episodes(
     episodes = [state.episode for state in live]
     timing["env"] += time.perf_counter() - clock
 
-    while live:
-        replies: dict[int, Reply | None] = {}
-        # Group the episodes that need a reply by how it is sampled; each group is one generate call.
-        groups: dict[tuple, list[int]] = {}
-        for i, state in enumerate(live):
-            conversation = state.conversation
-            if conversation.overflowed or len(conversation.tokens) + 2 > max_seq_len:
-                conversation.overflowed = True
-                state.prefix = None
-                replies[i] = None
-                continue
-            reflect = state.phase == "reflect"
-            actions = None if reflect or state.valid_actions is None else tuple(state.valid_actions)
-            groups.setdefault((reflect, actions), []).append(i)
-        clock = time.perf_counter()
-        for (reflect, actions), members in groups.items():
-            params = reflect_sampling if reflect else sampling
-            # Room for the reply and, if it is cut short, the end-of-turn token we close it with.
-            budget = min(params.max_new_tokens, max_seq_len - 1 - max(len(live[i].conversation.tokens) for i in members))
-            # Each attempt's reply may also use no more than what is left of its response budget (its room).
-            rooms = [_room(live[i], response_budget) if response_budget and not reflect else budget + 1
-                     for i in members]
-            params = SamplingParams(params.temperature, params.top_p, params.top_k, max(min(budget, max(rooms)), 1))
-            out = engine.sample([live[i].conversation.tokens for i in members], params, actions, table,
-                                prefixes=_hand_over_prefixes(live, members) if engine.hands_back_prefixes else None,
-                                stop_string=reflect_stop if reflect else "")
-            for i in members:
-                conversation = live[i].conversation
-                conversation.temperature, conversation.top_k, conversation.top_p = (params.temperature, params.top_k,
-                                                                                    params.top_p)
-            for i, reply, room in zip(members, out, rooms):
-                if room <= budget and len(reply.ids) >= room:
-                    _cut_at_budget(live[i], reply, room)
-                live[i].prefix, reply.prefix = reply.prefix, None
-            replies.update(zip(members, out))
-        timing["generation"] += time.perf_counter() - clock
+    def request(state: _Live) -> None:
+        """Ask the engine for the conversation's next reply (or, when its context is full, an empty one)."""
+        conversation = state.conversation
+        if conversation.overflowed or len(conversation.tokens) + 2 > max_seq_len:
+            conversation.overflowed = True
+            state.prefix = None
+            unanswered.append(state)
+            return
+        reflect = state.phase == "reflect"
+        params = reflect_sampling if reflect else sampling
+        actions = None if reflect or state.valid_actions is None else tuple(state.valid_actions)
+        # Room for the reply and, if it is cut short, the end-of-turn token we close it with; an attempt's reply
+        # may also use no more than what is left of its response budget (its room).
+        limit = min(params.max_new_tokens, max_seq_len - 1 - len(conversation.tokens))
+        room = _room(state, response_budget) if response_budget and not reflect else limit + 1
+        prefix, state.prefix = state.prefix, None
+        engine.submit(Request(state.episode.index, conversation.tokens, params, actions,
+                              reflect_stop if reflect else "", limit, room, prefix))
 
-        clock = time.perf_counter()
-        still = []
-        for i, state in enumerate(live):
-            reply = replies[i]
-            conversation = state.conversation
-            if reply is None:
-                text = ""
-            else:
-                masked = mask_truncated and not reply.finished
-                conversation.append(reply.ids, model=not masked, logprobs=None if masked else reply.logprobs,
-                                    constraints=None if masked else reply.constraints)
-                if not reply.ids or reply.ids[-1] not in chat.stop_ids:
-                    # The turn hit max_new_tokens, or the stop string: close it like the template would, as an env
-                    # token (no gradient).
-                    conversation.append([chat.end_of_turn_id], model=False)
-                    conversation.truncated_replies += not reply.finished
-                state.episode.generated_tokens += len(reply.ids)
-                text = chat.reply_text(reply.ids)
-                if state.phase == "reflect":
-                    text = reflect_prefix + text
-                elif response_budget:
-                    left = _room(state, response_budget)
-                    state.budget.end_if = (lambda obs: True) if conversation.response_cut else (
-                        lambda obs, left=left: len(chat.user_turn(obs)) >= left)
-            obs, reward, terminated, truncated, info = state.env.step(text)
-            if state.budget is not None and state.budget.ended:
-                conversation.response_cut = True
-            conversation.reward += float(reward)
-            state.episode.returns += float(reward)
-            if terminated or truncated:
-                _finish(state, info)
-            elif over := _over_budget(state, time_limit, token_limit):
-                _end_over_budget(state, over)
-            elif info.get("new_conversation"):
-                _close(state)
-                _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len, prefill)
-                still.append(state)
-            else:
-                state.phase = info.get("phase", state.phase)
-                segment = chat.user_turn(obs)
-                # A turn that would not fit (with room for one reply token) ends the conversation's growth.
-                if len(conversation.tokens) + len(segment) + 2 > max_seq_len:
-                    conversation.overflowed = True
-                if not conversation.overflowed:
-                    conversation.append(segment, model=False)
-                still.append(state)
-        live = still
-        timing["env"] += time.perf_counter() - clock
+    unanswered: list[_Live] = []  # conversations with no room left: they step with an empty reply
+    try:
+        for state in live:
+            request(state)
+        while unanswered or engine.pending():
+            clock = time.perf_counter()
+            answered = engine.collect(table) if engine.pending() else []
+            timing["generation"] += time.perf_counter() - clock
+            clock = time.perf_counter()
+            turns = [(live[r.key], r, reply, limit) for r, reply, limit in answered]
+            turns += [(state, None, None, 0) for state in unanswered]
+            unanswered.clear()
+            for state, req, reply, limit in sorted(turns, key=lambda turn: turn[0].episode.index):
+                if reply is not None:
+                    conversation = state.conversation
+                    conversation.temperature, conversation.top_k, conversation.top_p = (
+                        req.sampling.temperature, req.sampling.top_k, req.sampling.top_p)
+                    if req.room <= limit and len(reply.ids) >= req.room:
+                        _cut_at_budget(state, reply, req.room)
+                    state.prefix, reply.prefix = reply.prefix, None
+                if _take_turn(state, reply, chat, max_seq_len, prefill, mask_truncated, reflect_prefix,
+                              response_budget, time_limit, token_limit):
+                    request(state)
+            timing["env"] += time.perf_counter() - clock
+    finally:
+        engine.abort()  # forgets nothing, unless an exception stopped the rollout part-way
     return episodes
+
+
+def _take_turn(state: _Live, reply: Reply | None, chat, max_seq_len: int, prefill: Sequence[int],
+               mask_truncated: bool, reflect_prefix: str, response_budget: int, time_limit: float,
+               token_limit: int) -> bool:
+    """Append the reply, step the env with its text, and open what comes next; whether the episode goes on."""
+    conversation = state.conversation
+    if reply is None:
+        text = ""
+    else:
+        masked = mask_truncated and not reply.finished
+        conversation.append(reply.ids, model=not masked, logprobs=None if masked else reply.logprobs,
+                            constraints=None if masked else reply.constraints)
+        if not reply.ids or reply.ids[-1] not in chat.stop_ids:
+            # The turn hit max_new_tokens, or the stop string: close it like the template would, as an env token
+            # (no gradient).
+            conversation.append([chat.end_of_turn_id], model=False)
+            conversation.truncated_replies += not reply.finished
+        state.episode.generated_tokens += len(reply.ids)
+        text = chat.reply_text(reply.ids)
+        if state.phase == "reflect":
+            text = reflect_prefix + text
+        elif response_budget:
+            left = _room(state, response_budget)
+            state.budget.end_if = (lambda obs: True) if conversation.response_cut else (
+                lambda obs, left=left: len(chat.user_turn(obs)) >= left)
+    obs, reward, terminated, truncated, info = state.env.step(text)
+    if state.budget is not None and state.budget.ended:
+        conversation.response_cut = True
+    conversation.reward += float(reward)
+    state.episode.returns += float(reward)
+    if terminated or truncated:
+        _finish(state, info)
+        return False
+    if over := _over_budget(state, time_limit, token_limit):
+        _end_over_budget(state, over)
+        return False
+    if info.get("new_conversation"):
+        _close(state)
+        _open(state, chat, info["system_prompt"], obs, info.get("phase", "attempt1"), max_seq_len, prefill)
+        return True
+    state.phase = info.get("phase", state.phase)
+    segment = chat.user_turn(obs)
+    # A turn that would not fit (with room for one reply token) ends the conversation's growth.
+    if len(conversation.tokens) + len(segment) + 2 > max_seq_len:
+        conversation.overflowed = True
+    if not conversation.overflowed:
+        conversation.append(segment, model=False)
+    return True
 
 
 def _room(state: _Live, response_budget: int) -> int:
@@ -329,14 +339,6 @@ def _cut_at_budget(state: _Live, reply: Reply, limit: int) -> None:
         reply.finished = False
     reply.prefix = None
     state.conversation.response_cut = True
-
-
-def _hand_over_prefixes(live: list[_Live], members: list[int]) -> list:
-    """The members' cached prefixes, no longer held by their episodes: each call holds at most one old cache."""
-    prefixes = [live[i].prefix for i in members]
-    for i in members:
-        live[i].prefix = None
-    return prefixes
 
 
 def _open(state: _Live, chat, system_prompt: str, obs: str, phase: str, max_seq_len: int,

@@ -13,8 +13,9 @@ episodes through ReflectionWrapper with the policy's own reflections, memory off
   ``run_episodes`` call (envs, turns and trajectories included). The engines sample with different random streams,
   so their episodes (and token counts) differ; tokens/s is what compares.
 * "vLLM alone" replays, right after each round's vLLM rollout, the exact requests that rollout sent (the same token
-  prompts, sampling settings and per-request seeds, the same batches in the same order), with ``LLM.generate``
-  only: no envs, no trainer, no conversion. The vLLM rollout's share of that ceiling is the integration's cost.
+  prompts, sampling settings and per-request seeds), straight to vLLM's engine: each conversation's requests in
+  order, the next sent as soon as the previous one finishes, as the rollout's continuous batching sends them, but
+  with no envs, no trainer, no conversion. The vLLM rollout's share of that ceiling is the integration's cost.
 * With ``--train-steps N``: N whole training steps (rollout, update, weight sync) per engine, and their wall time.
 
 Results: benchmarks/results/engines.md, computed from benchmarks/results/engines.json (the raw rounds) by this
@@ -46,38 +47,63 @@ def _load() -> float:
 
 
 class RecordingEngine:
-    """Wraps a vLLM engine's ``LLM.generate`` to keep every batch of requests it sends (prompts, and sampling params
-    with their seeds and valid replies) for the replay."""
+    """Keeps every request a vLLM engine's rollout sends (token prompt, and sampling params with its seed and valid
+    replies), per conversation in order, for the replay; and the seconds the rollout spent in the engine."""
 
     def __init__(self, engine):
         self.engine = engine
-        self.calls: list[tuple] = []
+        self.requests: dict[int, list[tuple]] = {}
         self.seconds = 0.0
-        real = engine.llm.generate
+        self.llm_engine = engine.llm.llm_engine
+        self.real_add, self.real_collect = self.llm_engine.add_request, engine.collect
+        keys: list[int] = []
+        real_submit = engine.submit
 
-        def recording(prompts, params, **kwargs):
-            self.calls.append((prompts, params))
+        def submit(request):
+            keys.append(request.key)
+            real_submit(request)
+
+        def add_request(request_id, prompt, params, **kwargs):
+            self.requests.setdefault(keys.pop(), []).append((prompt, params))
+            return self.real_add(request_id, prompt, params, **kwargs)
+
+        def collect(table=None):
             clock = time.perf_counter()
             try:
-                return real(prompts, params, **kwargs)
+                return self.real_collect(table)
             finally:
                 self.seconds += time.perf_counter() - clock
 
-        engine.llm.generate = recording
-        self.real_generate = real
+        engine.submit, engine.collect, self.llm_engine.add_request = submit, collect, add_request
 
     def replay(self) -> tuple[int, float]:
-        """Send the recorded batches again, straight to vLLM; returns (sampled tokens, seconds)."""
-        tokens, seconds = 0, 0.0
-        for prompts, params in self.calls:
-            clock = time.perf_counter()
-            outputs = self.real_generate(prompts, params, use_tqdm=False)
-            seconds += time.perf_counter() - clock
-            tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
-        return tokens, seconds
+        """Send the recorded requests again, straight to vLLM's engine, each conversation's next request as soon as
+        its previous one finishes (as the rollout does, without envs); returns (sampled tokens, seconds)."""
+        queues = {key: list(requests) for key, requests in self.requests.items()}
+        owner: dict[str, int] = {}
+        tokens, number = 0, 0
+        clock = time.perf_counter()
+
+        def send(key: int) -> None:
+            nonlocal number
+            prompt, params = queues[key].pop(0)
+            number += 1
+            owner[f"replay-{number}"] = key
+            self.real_add(f"replay-{number}", prompt, params)
+
+        for key in queues:
+            send(key)
+        while owner:
+            for output in self.llm_engine.step():
+                if output.finished and output.request_id in owner:
+                    key = owner.pop(output.request_id)
+                    tokens += len(output.outputs[0].token_ids)
+                    if queues[key]:
+                        send(key)
+        return tokens, time.perf_counter() - clock
 
     def reset(self) -> None:
-        self.calls, self.seconds = [], 0.0
+        self.requests, self.seconds = {}, 0.0
 
 
 def _config(output: str, tasks: int, engine: str, steps: int = 1):

@@ -16,7 +16,7 @@ import torch
 from erl_agents.decoding import ConstraintTable
 from erl_agents.models import Policy
 
-__all__ = ["SamplingParams", "Reply", "Engine"]
+__all__ = ["SamplingParams", "Reply", "Request", "Engine"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,22 @@ class Reply:
     constraints: list[int]  # per token: index into the ConstraintTable of the set it was drawn from, -1 if free
     finished: bool  # ended with a stop token or the stop string (else it hit max_new_tokens)
     prefix: object | None = None  # engine-owned: what the engine has read of context + reply, for its next turn
+
+
+@dataclass
+class Request:
+    """One reply a conversation waits for. ``limit``: the most tokens it may sample (``sampling.max_new_tokens``
+    and what is left of the context), ``room``: where its attempt's response budget cuts it (``limit + 1`` when
+    none). ``key``: the caller's name for it (the rollout's episode index)."""
+
+    key: int
+    context: Sequence[int]
+    sampling: SamplingParams
+    valid_actions: tuple[str, ...] | None = None
+    stop_string: str = ""
+    limit: int = 64
+    room: int = 65
+    prefix: object | None = None  # the conversation's previous reply's ``prefix`` (engines that hand them back)
 
 
 class Engine:
@@ -64,6 +80,52 @@ class Engine:
         (cut after the token that completes it) or by ``max_new_tokens``. ``prefixes`` (one per context, or None)
         are the replies' ``prefix`` values of the previous turn; the list is emptied once read."""
         raise NotImplementedError
+
+    # --- requests one at a time (the rollout's interface) ---
+
+    # Whether ``collect`` hands back replies as they finish, each conversation going on at its own pace (vLLM's
+    # continuous batching), rather than all of a round at once.
+    streams = False
+
+    def submit(self, request: Request) -> None:
+        """Queue ``request``; its reply comes back from ``collect``."""
+        self._queued().append(request)
+
+    def pending(self) -> int:
+        """Requests submitted and not yet collected."""
+        return len(self._queued())
+
+    def collect(self, table: ConstraintTable | None = None) -> list[tuple[Request, Reply, int]]:
+        """Replies to submitted requests, at least one while any is pending, as ``(request, reply, limit)``: the
+        limit the reply was sampled under. Here, in rounds: every queued request, those sampled alike (settings,
+        valid actions, stop string) in one ``sample`` call, up to the shortest limit among them but at least to
+        the largest room, so a batch is as the lockstep rollout has always made it."""
+        queued, self._queue = self._queued(), []
+        groups: dict[tuple, list[Request]] = {}
+        for request in queued:
+            key = (request.sampling, request.valid_actions, request.stop_string)
+            groups.setdefault(key, []).append(request)
+        results = []
+        for members in groups.values():
+            first = members[0].sampling
+            limit = max(min(min(r.limit for r in members), max(r.room for r in members)), 1)
+            sampling = SamplingParams(first.temperature, first.top_p, first.top_k, limit)
+            prefixes = [r.prefix for r in members] if self.hands_back_prefixes else None
+            for r in members:
+                r.prefix = None  # each call holds at most one old cache
+            replies = self.sample([r.context for r in members], sampling, members[0].valid_actions, table,
+                                  prefixes=prefixes, stop_string=members[0].stop_string)
+            results += [(r, reply, limit) for r, reply in zip(members, replies)]
+        return results
+
+    def abort(self) -> None:
+        """Forget every request not yet collected (a rollout that stopped part-way must not leave them to the next)."""
+        self._queue = []
+
+    def _queued(self) -> list[Request]:
+        if not hasattr(self, "_queue"):
+            self._queue = []
+        return self._queue
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Serve these weights (Hugging Face state-dict names, full tensors) from the next ``sample`` on."""

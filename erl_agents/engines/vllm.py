@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from erl_agents.decoding import ActionTrie, stop_string_end
-from erl_agents.engines.base import Engine, Reply
+from erl_agents.engines.base import Engine, Reply, Request
 from erl_agents.engines.weights import architecture_of, engine_weights, write_weights
 from erl_agents.models import PACKAGED_MODELS, Policy
 
@@ -221,51 +221,94 @@ class VLLMEngine(Engine):
             kwargs["enable_sleep_mode"] = True
         self.llm = LLM(**kwargs)
         self.asleep = False
+        self._inflight: dict[str, tuple] = {}  # request id -> (request, its trie, its limit)
+        self._tries: dict[tuple, ActionTrie] = {}
+        self._next_id = 0
         # Workers in this process take tensors; workers in other processes (tensor parallel) read the folder.
         self.weight_transfer = weight_transfer or ("iterator" if tensor_parallel_size == 1 else "folder")
 
     # --- sampling ---
 
     def sample(self, contexts, sampling, valid_actions=None, table=None, prefixes=None, stop_string=""):
+        if prefixes is not None:
+            prefixes.clear()  # vLLM's prefix cache finds earlier turns by their tokens
+        actions = tuple(valid_actions) if valid_actions else None
+        requests = [Request(k, c, sampling, actions, stop_string, sampling.max_new_tokens, sampling.max_new_tokens + 1)
+                    for k, c in enumerate(contexts)]
+        for request in requests:
+            self.submit(request)
+        replies: dict[int, Reply] = {}
+        while len(replies) < len(requests):
+            replies.update((request.key, reply) for request, reply, _ in self.collect(table))
+        return [replies[k] for k in range(len(requests))]
+
+    # --- continuous batching: each request joins the running batch, each reply leaves it when done ---
+
+    streams = True
+
+    def submit(self, request: Request) -> None:
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 
-        if prefixes is not None:
-            prefixes.clear()  # vLLM's prefix cache finds earlier turns by their tokens
         self.wake()
-        chat = self.chat
-        trie = ActionTrie(self.policy, valid_actions) if valid_actions else None
-        max_new = trie.depth if trie is not None else sampling.max_new_tokens
-        seeds = torch.randint(0, 2**31 - 1, (len(contexts),)).tolist()
-        params = [VLLMSamplingParams(
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, max_tokens=max_new,
-            seed=seed, logprobs=0, stop_token_ids=list(chat.stop_ids), ignore_eos=True,
-            stop=[stop_string] if stop_string else None, include_stop_str_in_output=True,
-            skip_special_tokens=True, detokenize=bool(stop_string),
-            extra_args={ACTIONS_KEY: trie.sequences} if trie is not None else None) for seed in seeds]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], params, use_tqdm=False)
-        stops = set(chat.stop_ids)
-        replies = []
-        interned: dict[int, int] = {}
-        for output in outputs:
-            completion = output.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = [float(position[token].logprob) for position, token in zip(completion.logprobs, ids)]
-            finished = bool(ids) and ids[-1] in stops
-            if stop_string and not finished:
-                end = stop_string_end(self.tokenizer, ids, stop_string)
-                if end is not None:
-                    ids, logprobs, finished = ids[:end], logprobs[:end], True
-            constraints = [-1] * len(ids)
-            if trie is not None and table is not None:
-                node, constraints = trie.ROOT, []
-                for token in ids:
-                    if node not in interned:
-                        interned[node] = table.intern(trie.sets[node])
-                    constraints.append(interned[node])
-                    node = trie.step(node, token)
-            replies.append(Reply(ids, logprobs, constraints, finished))
-        return replies
+        engine = self.llm.llm_engine
+        trie = self._trie(request.valid_actions)
+        limit = max(min(request.limit, request.room), 1)
+        s = request.sampling
+        params = VLLMSamplingParams(
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+            max_tokens=trie.depth if trie is not None else limit,
+            seed=int(torch.randint(0, 2**31 - 1, (1,))), logprobs=0, stop_token_ids=list(self.chat.stop_ids),
+            ignore_eos=True, stop=[request.stop_string] if request.stop_string else None,
+            include_stop_str_in_output=True, skip_special_tokens=True, detokenize=bool(request.stop_string),
+            extra_args={ACTIONS_KEY: trie.sequences} if trie is not None else None)
+        self._next_id += 1
+        request_id = str(self._next_id)
+        self._inflight[request_id] = (request, trie, limit)
+        engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.context)), params)
+
+    def pending(self) -> int:
+        return len(self._inflight)
+
+    def abort(self) -> None:
+        if self._inflight:
+            self.llm.llm_engine.abort_request(list(self._inflight))
+            self._inflight.clear()
+
+    def collect(self, table=None):
+        """Steps the engine until at least one request finishes; the finished ones, in the order vLLM ends them."""
+        engine = self.llm.llm_engine
+        done = []
+        while not done and self._inflight:
+            for output in engine.step():
+                if output.finished and output.request_id in self._inflight:
+                    request, trie, limit = self._inflight.pop(output.request_id)
+                    done.append((request, self._reply(output, request.stop_string, trie, table), limit))
+        return done
+
+    def _reply(self, output, stop_string: str, trie: ActionTrie | None, table) -> Reply:
+        completion = output.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs = [float(position[token].logprob) for position, token in zip(completion.logprobs, ids)]
+        finished = bool(ids) and ids[-1] in self.chat.stop_ids
+        if stop_string and not finished:
+            end = stop_string_end(self.tokenizer, ids, stop_string)
+            if end is not None:
+                ids, logprobs, finished = ids[:end], logprobs[:end], True
+        constraints = [-1] * len(ids)
+        if trie is not None and table is not None:
+            node, constraints = trie.ROOT, []
+            for token in ids:
+                constraints.append(table.intern(trie.sets[node]))
+                node = trie.step(node, token)
+        return Reply(ids, logprobs, constraints, finished)
+
+    def _trie(self, actions: tuple[str, ...] | None) -> ActionTrie | None:
+        if not actions:
+            return None
+        if actions not in self._tries:
+            self._tries[actions] = ActionTrie(self.policy, actions)
+        return self._tries[actions]
 
     def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         """Log-probs (temperature 1) of each sequence's tokens after the first, each given the tokens before it:

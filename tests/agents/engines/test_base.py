@@ -87,3 +87,54 @@ def test_the_hf_engine_takes_weights_by_name(policy):
     with pytest.raises(KeyError, match="no weight named 'nope.weight'"):
         engine.load_weights([("nope.weight", torch.zeros(1))])
     engine.sync(clone.model)  # its own model: nothing to copy
+
+
+class _Recording(Engine):
+    """Answers every request with its first allowed token, recording each ``sample`` call."""
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.calls = []
+
+    def sample(self, contexts, sampling, valid_actions=None, table=None, prefixes=None, stop_string=""):
+        self.calls.append((len(contexts), sampling, valid_actions, stop_string))
+        from erl_agents.engines.base import Reply
+
+        return [Reply([self.chat.end_of_turn_id], [0.0], [-1], True) for _ in contexts]
+
+
+def test_an_engine_that_does_not_stream_answers_in_rounds_one_call_per_kind_of_request(policy):
+    """The lockstep batches the rollout always made: requests sampled alike share a call, sampled up to the shortest
+    limit among them (but at least to the largest room); every queued request is answered by one collect."""
+    from erl_agents.engines.base import Request
+
+    engine = _Recording(policy)
+    act, reflect = SamplingParams(0.7, 1.0, 0, 16), SamplingParams(0.5, 0.9, 0, 128)
+    requests = [Request(0, [1, 2], act, ("A",), "", limit=16, room=17),
+                Request(1, [1, 2], reflect, None, "</prompt>", limit=128, room=129),
+                Request(2, [1, 2, 3], act, ("A",), "", limit=9, room=10),
+                Request(3, [1], act, ("A",), "", limit=16, room=5)]
+    for r in requests:
+        engine.submit(r)
+    assert engine.pending() == 4
+    answered = engine.collect()
+    assert engine.pending() == 0 and sorted(r.key for r, _, _ in answered) == [0, 1, 2, 3]
+    assert [(n, s.max_new_tokens, actions, stop) for n, s, actions, stop in engine.calls] == [
+        (3, 9, ("A",), ""), (1, 128, None, "</prompt>")]
+    assert {r.key: limit for r, _, limit in answered} == {0: 9, 1: 128, 2: 9, 3: 9}
+
+
+def test_a_rollout_stopped_part_way_leaves_no_request_to_the_next(policy):
+    class Broken(TextBanditEnv):
+        def step(self, action):
+            raise RuntimeError("env failed")
+
+    engine = _Recording(policy)
+    submitted = []
+    real = engine.submit
+    engine.submit = lambda request: (submitted.append(request.key), real(request))
+    envs = [TextBanditEnv(turns=2), Broken(turns=2)]
+    with pytest.raises(RuntimeError, match="env failed"):
+        run_episodes(engine, envs, [(0, None), (1, None)], [0, 1], SamplingParams(1.0, 1.0, 0, 4), constrained=True)
+    assert submitted == [0, 1, 0]  # episode 0 asked for its second turn before episode 1's step failed
+    assert engine.pending() == 0

@@ -138,6 +138,27 @@ def test_a_step_whose_prompts_exceed_the_token_budget_samples_seeded_replies(pol
     assert [r.ids for r in engine.sample(contexts, SamplingParams(1.0, 1.0, 0, 2))] == [r.ids for r in first]
 
 
+def test_a_short_reply_comes_back_while_a_long_one_is_still_sampled(policy, engine):
+    """Continuous batching: the rollout takes an episode's turn as soon as its reply is done, so an action does not
+    wait for another episode's reflection; the long reply is collected later, and a request aborted part-way (a
+    rollout that failed) never comes back."""
+    from erl_agents.engines.base import Request
+
+    assert engine.streams
+    torch.manual_seed(0)  # the requests' seeds
+    contexts = _contexts(policy, 3)
+    long = SamplingParams(1.0, 1.0, 0, 24)
+    engine.submit(Request(0, contexts[0], long, None, "", limit=24, room=25))
+    engine.submit(Request(1, contexts[1], SamplingParams(1.0, 1.0, 0, 2), tuple(DOORS), "", limit=2, room=3))
+    first = engine.collect()
+    assert [r.key for r, _, _ in first] == [1] and engine.pending() == 1
+    engine.submit(Request(2, contexts[2], long, None, "", limit=24, room=25))
+    engine.abort()
+    assert engine.pending() == 0
+    engine.submit(Request(3, contexts[0], long, None, "", limit=24, room=25))
+    assert [r.key for r, _, _ in engine.collect()] == [3] and engine.pending() == 0
+
+
 def test_new_weights_are_served_after_a_sync_and_not_before(policy, engine):
     """The sync a trainer runs after its update: without it the engine keeps sampling the old policy. The same
     contexts before and after also show that the prefix cache (the old weights' keys and values) is dropped."""
