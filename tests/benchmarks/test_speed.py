@@ -141,3 +141,17 @@ def test_smol_timing_report_is_computed_from_the_saved_run(tmp_path):
     assert "| held-out evaluation at step 0 | 37 | 370 | 10.0 |" in text
     assert "| training step 1 (generation 90 s, env 1 s, update 29 s) | 8 | 120 | 15.0 |" in text
     assert "[2.0, 2.0, 2.0] before" in text and "paper test set" in text and "1000 s wall" in text
+
+
+def test_engine_batches_report_computes_each_ratio_from_its_rows():
+    from benchmarks.speed.bench_engine_batches import to_markdown
+
+    def row(engine, batch, tokens, seconds):
+        return {"round": 0, "engine": engine, "batch": batch, "tokens": tokens, "seconds": seconds, "load": 1.0}
+
+    data = {"command": "c", "machine": "m", "vllm_dtype": "bfloat16", "tokens": 64, "rounds_run": 2,
+            "rounds": [row("hf", 1, 64, 4.0), row("vllm", 1, 64, 1.0), row("hf", 8, 512, 16.0),
+                       row("vllm", 8, 500, 1.0), row("vllm", 8, 12, 1.0)]}
+    text = to_markdown(data, "engine_batches.json")
+    assert "| 1 | 64 | 4.0 | 16.0 | 64 | 1.0 | 64.0 | 4.0x |" in text
+    assert "| 8 | 512 | 16.0 | 32.0 | 512 | 2.0 | 256.0 | 8.0x |" in text  # both rounds' tokens over both's seconds
