@@ -63,6 +63,7 @@ class Engine:
 
     def __init__(self, policy: Policy):
         self.policy = policy
+        self._queue: list[Request] = []  # submitted, not yet collected (engines that answer in rounds)
 
     @property
     def tokenizer(self):
@@ -89,18 +90,18 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         """Queue ``request``; its reply comes back from ``collect``."""
-        self._queued().append(request)
+        self._queue.append(request)
 
     def pending(self) -> int:
         """Requests submitted and not yet collected."""
-        return len(self._queued())
+        return len(self._queue)
 
     def collect(self, table: ConstraintTable | None = None) -> list[tuple[Request, Reply, int]]:
         """Replies to submitted requests, at least one while any is pending, as ``(request, reply, limit)``: the
         limit the reply was sampled under. Here, in rounds: every queued request, those sampled alike (settings,
         valid actions, stop string) in one ``sample`` call, up to the shortest limit among them but at least to
         the largest room, so a batch is as the lockstep rollout has always made it."""
-        queued, self._queue = self._queued(), []
+        queued, self._queue = self._queue, []
         groups: dict[tuple, list[Request]] = {}
         for request in queued:
             key = (request.sampling, request.valid_actions, request.stop_string)
@@ -121,11 +122,6 @@ class Engine:
     def abort(self) -> None:
         """Forget every request not yet collected (a rollout that stopped part-way must not leave them to the next)."""
         self._queue = []
-
-    def _queued(self) -> list[Request]:
-        if not hasattr(self, "_queue"):
-            self._queue = []
-        return self._queue
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Serve these weights (Hugging Face state-dict names, full tensors) from the next ``sample`` on."""
