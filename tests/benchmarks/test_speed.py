@@ -155,3 +155,19 @@ def test_engine_batches_report_computes_each_ratio_from_its_rows():
     text = to_markdown(data, "engine_batches.json")
     assert "| 1 | 64 | 4.0 | 16.0 | 64 | 1.0 | 64.0 | 4.0x |" in text
     assert "| 8 | 512 | 16.0 | 32.0 | 512 | 2.0 | 256.0 | 8.0x |" in text  # both rounds' tokens over both's seconds
+
+
+def test_core_sharing_report_takes_the_median_lone_run_and_compares_settings():
+    from benchmarks.speed.bench_core_sharing import to_markdown
+
+    def part(*seconds, digest="d"):
+        return {"wall_s": max(seconds), "load1": [0.5, 1.5], "runs": [{"seconds": s, "digest": digest} for s in seconds]}
+
+    data = {"runs_at_once": 4, "steps": 12, "repeats": 3, "cpus": 2, "python": "3.11", "settings": [
+        {"name": "default", "env": {}, "alone": [part(50), part(60), part(55)], "together": part(200, 220)},
+        {"name": "spinning", "env": {"GOMP_SPINCOUNT": "300000"}, "alone": [part(40), part(50), part(45, digest="x")],
+         "together": part(600)}]}
+    report = to_markdown(data)
+    assert "| default | erl-train's own | 55 s [50-60] | 220 s | 4.0x | yes |" in report
+    assert "| spinning | `GOMP_SPINCOUNT=300000` | 45 s [40-50] | 600 s | 13.3x | no (1 of 4 differ) |" in report
+    assert "Alone, default against spinning: 22% slower (medians of 3)." in report
