@@ -89,6 +89,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     adam_beta2: float = 0.999
     warmup_steps: int = 0  # linear warm-up of the learning rate
+    lr_schedule: str = "constant"  # after warm-up: constant (paper) or cosine (down to a tenth of lr at the last step)
     clip_low: float = 0.2  # PPO ratio clip below 1 (paper: 0.2)
     clip_high: float = 0.28  # PPO ratio clip above 1 (paper: 0.28, "clip-higher")
     clip_ratio_c: float = 3.0  # dual-clip: a negative advantage's loss is capped at -A * c (verl, paper: 3.0); 0 = off
@@ -291,6 +292,7 @@ RULES: dict[str, Rule] = {
     "entropy_coef": _off_or_more(kind=float),
     "advantage": _one_of("grpo", "dr_grpo", "raft"),
     "single_member": _one_of("reward", "zero"),
+    "lr_schedule": _one_of("constant", "cosine"),
     "loss_agg": _one_of("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"),
     "ppo_epochs": _at_least(1, 1000),
     "minibatches": _at_least(1, _MANY_TASKS),

@@ -43,7 +43,7 @@ from erl_agents.run_folder import RunLock, RunWriter, check_resume, claim_folder
 from erl_agents.sharding import (full_state_dict, gathered, load_sharded_state, save_sharded_state, shard_model,
                                  sharded_grad_scaler)
 from erl_agents.tracking import Trackers, open_trackers
-from erl_agents.update import NonFiniteTrainingError, TokenScorer, check_numerics, policy_update
+from erl_agents.update import NonFiniteTrainingError, TokenScorer, check_numerics, lr_factor, policy_update
 from erl_envs.reflection.prompt_templates import apply_templates, load_templates
 
 __all__ = ["Trainer", "INITIAL_MODEL_SPEC"]
@@ -174,9 +174,6 @@ class Trainer:
         self.scaler = grad_scaler(self.precision, self.device)  # fp16 only: loss scaling
         if self.scaler is not None and self.sharded:
             self.scaler = sharded_grad_scaler(self.device)
-        warmup = max(config.warmup_steps, 0)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
         self.eval_tasks = eval_tasks(config.env, config.env_kwargs, config.eval_set, config.eval_tasks)
         # The run's length: `steps`, or with epochs every pass over the training list (whichever ends first).
         self.total_steps = config.steps
@@ -184,6 +181,10 @@ class Trainer:
             self.train_tasks = training_tasks(self.envs[0], config.epoch_tasks)
             length = config.epochs * epoch_steps(len(self.train_tasks), config.tasks_per_step)
             self.total_steps = min(config.steps, length) if config.steps else length
+        # The schedule counts every update, the reflection warm-up's included.
+        scheduled = self.total_steps + config.reflection_warmup
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, config.warmup_steps, config.lr_schedule, scheduled))
         self.step = 0
         self.metrics: list[dict] = []
         self.time_before = {"training": 0.0, "elapsed": 0.0}  # seconds spent before this process (resumed runs)
@@ -565,7 +566,8 @@ class Trainer:
         cfg = self.config
         # Update settings a resume was allowed to change (--resume-changes) apply from here on: the optimizer's and
         # the schedule's saved copies would otherwise silently keep the old ones.
-        factor = min(1.0, (self.scheduler.last_epoch + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        factor = lr_factor(self.scheduler.last_epoch, cfg.warmup_steps, cfg.lr_schedule,
+                           self.total_steps + cfg.reflection_warmup)
         self.scheduler.base_lrs = [cfg.lr for _ in self.optimizer.param_groups]
         for group in self.optimizer.param_groups:
             group.update(lr=cfg.lr * factor, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2))

@@ -8,6 +8,7 @@ The maths are small functions in ``erl_agents.grpo``; this module feeds them tok
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from typing import Sequence
 
@@ -24,7 +25,7 @@ from erl_agents.metrics import consecutive_bad_steps
 from erl_agents.sharding import clip_gradients, compute_device, is_sharded, root_call, weights_finite
 from erl_agents.rollout import ConstraintTable, Trajectory
 
-__all__ = ["NonFiniteTrainingError", "TokenScorer", "selected_logits", "micro_batches", "minibatch_plan",
+__all__ = ["NonFiniteTrainingError", "TokenScorer", "lr_factor", "selected_logits", "micro_batches", "minibatch_plan",
            "row_temperatures", "sampled_rows", "logprob_gap", "policy_update", "check_numerics"]
 
 
@@ -329,6 +330,17 @@ def minibatch_plan(trajectories: Sequence[Trajectory], config: TrainConfig, worl
     trainable = [t for t in trajectories if t.num_model_tokens > 0]
     order = rng.permutation(len(trainable)) if shuffle and rng is not None else np.arange(len(trainable))
     return [[trainable[i] for i in part] for part in np.array_split(order, config.minibatches)]
+
+
+def lr_factor(step: int, warmup: int, schedule: str, total: int) -> float:
+    """The learning rate's multiplier at scheduler step ``step`` (0-based) of ``total``: a linear warm-up over
+    ``warmup`` steps, then constant (the paper's) or a cosine down to a tenth of the rate at the last step."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, max(0, step - warmup) / max(1, total - 1 - warmup))
+    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
 
 
 def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory], table: ConstraintTable,
