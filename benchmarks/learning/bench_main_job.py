@@ -35,8 +35,9 @@ from benchmarks.reporting import best_constant_policy_line, rate, write_keeping_
 DATA = ROOT / "benchmarks" / "results" / "main_job"
 MAIN_ARGS = ["--env", "ERL-FrozenLake-v0", "--algo", "erl", "--preset", "cpu-tiny"]
 # The CI learning check's settings over the cpu-tiny preset (the test builds its config with ci_check_config).
+# Its learning rate stays constant after warm-up (the schedule its committed runs were measured with).
 CI_CHECK = dict(env="ERL-FrozenLake-v0", steps=80, time_limit_min=0.0, eval_every=20, eval_tasks=100,
-                eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False)
+                eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False, lr_schedule="constant")
 RUNS = ("main", "ci_rlvr", "ci_erl")
 REFLECTORS = {
     "plan": "the RuleReflector's plan: the shortest solution of the failed board, read with the env's symbols "
@@ -105,9 +106,13 @@ def run_one(name: str, runs: Path) -> None:
 
 
 def collect(runs: Path, data: Path = DATA) -> None:
-    """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json."""
+    """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json; a run that
+    ``runs`` does not hold keeps its committed copy."""
     for name in RUNS:
         source, target = runs / name, data / name
+        if not (source / "config.json").exists():  # not rerun this time (--only): the committed copy stays
+            print(f"{source} has no finished run; keeping {target}")
+            continue
         target.mkdir(parents=True, exist_ok=True)
         config = json.loads((source / "config.json").read_text())
         config["output"] = f"runs/{name}"
