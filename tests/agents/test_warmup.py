@@ -99,7 +99,7 @@ def _warmup_config(tmp_path, name, **overrides):
                  reflect_max_new_tokens=24, output=str(tmp_path / name), progress=False, save_final_model=False,
                  time_limit_min=0.0, tiny_hidden=32, tiny_layers=1, tiny_heads=2, tiny_intermediate=64,
                  tiny_vocab=600, tiny_grid_tokens="cell", checkpoint_every=0, ppo_epochs=1, minibatches=1, lr=1e-2,
-                 warmup_steps=0)
+                 warmup_steps=0, lr_schedule="constant")
     flags.update(overrides)
     return build_config(flags=flags)
 
