@@ -262,3 +262,17 @@ def test_ci_check_bar_is_on_the_last_two_evaluations_not_the_best():
     assert not ci_check_passes([0.20, 0.30, 0.40, 0.42])
     assert not ci_check_passes([0.40, 0.46, 0.48, 0.49])
     assert not ci_check_passes([0.34, 0.90])
+
+
+def test_main_job_collect_copies_the_runs_it_finds_and_keeps_the_others(tmp_path):
+    from benchmarks.learning import bench_main_job as main_job
+
+    data, runs = tmp_path / "data", tmp_path / "runs"
+    for name, algo in (("main", "erl"), ("ci_rlvr", "rlvr"), ("ci_erl", "erl")):
+        _main_job_run(data / name, algo, [(0, 30), (20, 40)], 20)
+    _main_job_run(runs / "main", "erl", [(0, 30), (200, 69)], 200)  # only the main job was rerun
+    kept = (data / "ci_rlvr" / "metrics.jsonl").read_text()
+    main_job.collect(runs, data)
+    assert (data / "main" / "metrics.jsonl").read_text() == (runs / "main" / "metrics.jsonl").read_text()
+    assert (data / "ci_rlvr" / "metrics.jsonl").read_text() == kept
+    assert json.loads((data / "main" / "config.json").read_text())["output"] == "runs/main"
