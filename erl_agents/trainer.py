@@ -182,9 +182,9 @@ class Trainer:
             length = config.epochs * epoch_steps(len(self.train_tasks), config.tasks_per_step)
             self.total_steps = min(config.steps, length) if config.steps else length
         # The schedule counts every update, the reflection warm-up's included.
-        scheduled = self.total_steps + config.reflection_warmup
+        self.scheduled_steps = self.total_steps + config.reflection_warmup
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, config.warmup_steps, config.lr_schedule, scheduled))
+            self.optimizer, lambda s: lr_factor(s, config.warmup_steps, config.lr_schedule, self.scheduled_steps))
         self.step = 0
         self.metrics: list[dict] = []
         self.time_before = {"training": 0.0, "elapsed": 0.0}  # seconds spent before this process (resumed runs)
@@ -566,8 +566,7 @@ class Trainer:
         cfg = self.config
         # Update settings a resume was allowed to change (--resume-changes) apply from here on: the optimizer's and
         # the schedule's saved copies would otherwise silently keep the old ones.
-        factor = lr_factor(self.scheduler.last_epoch, cfg.warmup_steps, cfg.lr_schedule,
-                           self.total_steps + cfg.reflection_warmup)
+        factor = lr_factor(self.scheduler.last_epoch, cfg.warmup_steps, cfg.lr_schedule, self.scheduled_steps)
         self.scheduler.base_lrs = [cfg.lr for _ in self.optimizer.param_groups]
         for group in self.optimizer.param_groups:
             group.update(lr=cfg.lr * factor, weight_decay=cfg.weight_decay, betas=(0.9, cfg.adam_beta2))

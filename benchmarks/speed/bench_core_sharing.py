@@ -2,9 +2,10 @@
 
 Researchers run seeds side by side and tests beside a run. A fair share of the cores makes N runs at once take
 about N times one run; OpenMP workers that spin while they wait make it far worse. For each setting (the default,
-and the environment variables given with ``--setting``) this script times one run alone (``--repeats`` times, the settings interleaved) and ``--runs`` runs at once,
-checks that every run's metrics equal the lone run's (``time/*`` aside: the thread count is fixed, so the load must
-not change a number), and samples the machine's load average while they run.
+and the environment variables given with ``--setting``) this script times one run alone (``--repeats`` times, the
+settings interleaved) and ``--runs`` runs at once, checks that every run's metrics equal the lone run's (``time/*``
+aside: the thread count is fixed, so the load must not change a number), and samples the machine's load average
+while they run.
 
     python benchmarks/speed/bench_core_sharing.py                     # default vs libgomp's spinning default
     python benchmarks/speed/bench_core_sharing.py --steps 12 --runs 4 --setting passive:OMP_WAIT_POLICY=PASSIVE
@@ -137,7 +138,7 @@ def to_markdown(data: dict) -> str:
         lone = _lone_seconds(setting)
         lines.append(f"| {setting['name']} | {env} | {lone:.0f} s [{min(times):.0f}-{max(times):.0f}] | "
                      f"{together['wall_s']:.0f} s | {together['wall_s'] / lone:.1f}x | {identical} | "
-                     f"{_load({'load1': [x for part in alone for x in part['load1']]})} | {_load(together)} |")
+                     f"{_load([x for part in alone for x in part['load1']])} | {_load(together['load1'])} |")
     first, others = data["settings"][0], data["settings"][1:]
     for other in others:
         change = _lone_seconds(first) / _lone_seconds(other) - 1
@@ -146,8 +147,7 @@ def to_markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load(part: dict) -> str:
-    loads = part["load1"]
+def _load(loads: list[float]) -> str:
     return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
 
 
