@@ -81,6 +81,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         kl_coef=0.0,
         loss_agg="token-mean",
         micro_batch_size=4,
+        # Activation memory grows with padded tokens: four 1,000-token rows in one pass peak at ~10 GB; capped,
+        # a run stays near 6 GB with vLLM's engine in the same process (the sum of the loss is the same).
+        max_tokens_per_micro_batch=1024,
         eval_every=4,
         eval_tasks=100,
         eval_samples=1,
