@@ -95,6 +95,7 @@ class TrainConfig:
     clip_ratio_c: float = 3.0  # dual-clip: a negative advantage's loss is capped at -A * c (verl, paper: 3.0); 0 = off
     kl_coef: float = 0.001  # k3 KL to the frozen initial policy (paper: 0.001); 0 keeps no reference model
     logprob_temperature: str = "sampled"  # update scores each row at: sampled (its own temperature), rollout (verl)
+    old_logprobs: str = "recompute"  # PPO's old policy: recompute (a pass, verl) or rollout (the engine's log-probs)
     entropy_coef: float = 0.0  # entropy bonus (paper: 0)
     advantage: str = "grpo"  # grpo: (r - mean) / (std + eps); dr_grpo: r - mean; raft: max(r, 0)
     single_member: str = "reward"  # a group of one gets its raw reward (verl, the paper's code) or "zero"
@@ -289,6 +290,7 @@ RULES: dict[str, Rule] = {
     "clip_high": _off_or_more(kind=float),
     "kl_coef": _off_or_more(kind=float),
     "logprob_temperature": _one_of("sampled", "rollout"),
+    "old_logprobs": _one_of("recompute", "rollout"),
     "entropy_coef": _off_or_more(kind=float),
     "advantage": _one_of("grpo", "dr_grpo", "raft"),
     "single_member": _one_of("reward", "zero"),

@@ -18,7 +18,7 @@ __all__ = ["PRESETS", "ENV_PRESETS"]
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-tiny": dict(
         model="tiny",
-        steps=200,
+        steps=340,
         tasks_per_step=16,
         n_rlvr=8,
         n_erl=4,
@@ -37,6 +37,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         ppo_epochs=2,
         minibatches=4,
         micro_batch_size=64,
+        # Speed on 2 cores, the same update: rows of similar length share a pass (less padding), and PPO's old
+        # policy is the engine's sampling log-probs (the hf engine's agree with a recomputation to ~1e-8; the pass
+        # they replace was a third of the update's time). The agreement check then covers the first mini-batch.
+        max_tokens_per_micro_batch=2048,
+        old_logprobs="rollout",
         tiny_hidden=64,
         tiny_layers=3,
         tiny_intermediate=256,
@@ -153,13 +158,13 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     ("paper-qwen3-4b", "ERL-FrozenLake-v0"): dict(eval_set="paper", env_kwargs={"prompts": "paper"}),
     ("paper-qwen3-4b", "ERL-Sokoban-v0"): _paper_sokoban_training(),
     # The learning benchmark's distribution (sizes 2-4): small enough for a from-scratch model in minutes.
-    # One token per grid row (every row of a 2-4 board fits in the vocabulary), a gentler learning rate and a small
-    # entropy bonus: without them the policy collapses onto its first guesses before it can read the board
-    # vertically (an older learning study whose data is gone; `benchmarks/learning/bench_learning.py` reruns it).
-    # A cosine schedule: with a constant rate, held-out success kept shaking on a plateau below the main job's target
-    # (benchmarks/results/main_job.md has the committed run).
+    # One token per grid row (every row of a 2-4 board fits in the vocabulary) and a gentler learning rate
+    # (`benchmarks/learning/bench_learning.py` measures the tiny model's learning). A cosine schedule: with a constant
+    # rate, held-out success kept shaking on a plateau below the main job's target. No entropy bonus: without it
+    # the policy's entropy stays near 0.4 nats a move to the end, and rows with a zero advantage then skip the
+    # update, which makes a step a third cheaper (benchmarks/results/main_job.md has the committed run).
     ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
-                                            lr=1e-3, entropy_coef=0.01, reflector="plan", lr_schedule="cosine"),
+                                            lr=1e-3, reflector="plan", lr_schedule="cosine"),
     ("cpu-tiny", "ERL-Sokoban-v0"): dict(env_kwargs={"size": 6}),
     # SmolLM2 on 2 cores: boards of sizes 2-4 keep a conversation within a few hundred tokens (a 9x9 board is ~200
     # tokens per turn), and evaluation uses the 37 paper test maps of those sizes. Training never draws one of the

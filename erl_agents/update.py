@@ -174,8 +174,10 @@ def row_temperatures(batch: Sequence[Trajectory], config: TrainConfig) -> torch.
 
 def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig,
                       pad_id: int, num_tokens: float, num_seqs: float, old: dict | None,
-                      teacher_pass: bool = False) -> tuple[torch.Tensor, dict]:
-    """``teacher_pass``: under FSDP another rank runs a teacher pass in this round, so this one runs a pass too."""
+                      teacher_pass: bool = False, gap_rows: set[int] | None = None) -> tuple[torch.Tensor, dict]:
+    """``teacher_pass``: under FSDP another rank runs a teacher pass in this round, so this one runs a pass too.
+    ``gap_rows``: ids of rows scored before any optimizer step whose engine log-probs are to be compared with
+    these (the agreement check when the old log-probs are the engine's: see ``policy_update``)."""
     device = compute_device(model)
     ids, attention = _collate([t.tokens for t in batch], pad_id)
     select = _target_matrix(batch, ids.shape[1], "mask", 0).bool()
@@ -193,6 +195,12 @@ def _micro_batch_loss(model, ref_model, batch: Sequence[Trajectory], table: Cons
     token_loss, clipped = ppo_token_loss(log_p, old_log_p, advantages, config.clip_low, config.clip_high,
                                          config.clip_ratio_c)
     stats = {"clipped": clipped.float().sum().item(), "entropy": entropy.detach().sum().item(), "tokens": len(targets)}
+    if gap_rows:
+        parts = torch.split(log_p.detach().float().cpu(), select.sum(-1).tolist())
+        gaps = [(engine_log_probs(t) - part).abs() for t, part in zip(batch, parts) if id(t) in gap_rows]
+        if gaps:
+            gap = torch.cat(gaps)
+            stats.update(gap_sum=float(gap.sum()), gap_count=len(gap), gap_max=float(gap.max()) if len(gap) else 0.0)
 
     if ref_model is not None and config.kl_coef > 0:
         # With LoRA the reference is the policy itself with its adapters switched off.
@@ -278,6 +286,21 @@ def sampled_rows(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
             and t.sampled]
 
 
+def engine_log_probs(row: Trajectory) -> torch.Tensor:
+    """The engine's log-probs of a row's model tokens, in target order (what ``_old_log_probs`` returns per row)."""
+    return torch.tensor([lp for lp, m in zip(row.logprobs[1:], row.mask[1:]) if m], dtype=torch.float32)
+
+
+def split_by_scoring(rows: Sequence[Trajectory], config: TrainConfig) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Sampled rows split in two: those the update scores under the very distribution the engine drew them from,
+    and those drawn under a top-k / top-p cut or at another temperature than the update scores them at (verl's
+    one-temperature scoring of reflections)."""
+    scoring = row_temperatures(rows, config).tolist() if rows else []
+    cut = [t for t, temp in zip(rows, scoring) if t.top_k > 0 or t.top_p < 1 or abs(t.temperature - temp) > 1e-9]
+    cut_ids = {id(t) for t in cut}
+    return [t for t in rows if id(t) not in cut_ids], cut
+
+
 @torch.no_grad()
 def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTable, config: TrainConfig, pad_id: int,
                 world: World, old: dict | None = None) -> tuple[float, float]:
@@ -287,12 +310,10 @@ def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTabl
     a wrong temperature shows here at once. ``old`` holds rows already scored (their old log-probs); the rest get
     one no-grad pass. Under data parallel the figures cover every rank's rows."""
     rows = sampled_rows(trajectories)
-    # Rows sampled under a top-k / top-p cut, or at another temperature than the update scores them at (verl's
-    # one-temperature scoring of reflections), are scored as sampled; the rest as the update scores them.
-    scoring = row_temperatures(rows, config).tolist() if rows else []
-    cut = [t for t, temp in zip(rows, scoring) if t.top_k > 0 or t.top_p < 1 or abs(t.temperature - temp) > 1e-9]
-    plain = {id(t) for t in cut}
-    missing = [t for t in rows if id(t) not in plain and (old is None or id(t) not in old)]
+    # Rows sampled under another distribution than the update's are scored as sampled; the rest as the update does.
+    _, cut = split_by_scoring(rows, config)
+    cut_ids = {id(t) for t in cut}
+    missing = [t for t in rows if id(t) not in cut_ids and (old is None or id(t) not in old)]
     scored = dict(old or {})
     if world.any(bool(missing)):
         scored.update(_old_log_probs(model, missing, table, config, pad_id, world))
@@ -300,8 +321,7 @@ def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTabl
         scored.update(_old_log_probs(model, cut, table, config, pad_id, world, as_sampled=True))
     total, count, largest = 0.0, 0, 0.0
     for t in rows:
-        engine = torch.tensor([lp for lp, m in zip(t.logprobs[1:], t.mask[1:]) if m], dtype=torch.float32)
-        gap = (engine - scored[id(t)].float()).abs()
+        gap = (engine_log_probs(t) - scored[id(t)].float()).abs()
         total, count = total + float(gap.sum()), count + len(gap)
         largest = max(largest, float(gap.max())) if len(gap) else largest
     if world.enabled:
@@ -380,21 +400,31 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     # A row that is in the batch twice (a reflection under paper rows) is the same object: scored once.
     needed = list({id(t): t for t in trainable if regularised or t.advantage != 0 or t.teacher_tokens is not None}
                   .values())
+    # old_logprobs="rollout": rows the engine drew from the update's own distribution keep its log-probs as the old
+    # policy's (no pass for them); the agreement check then compares those of the first mini-batch, which is scored
+    # before any optimizer step, with the trainer's, at no extra pass.
+    engine_rows = split_by_scoring(sampled_rows(trainable), config)[0] if config.old_logprobs == "rollout" else []
+    engine_ids = {id(t) for t in engine_rows}
+    gap_rows = engine_ids if config.logprob_check and config.old_logprobs == "rollout" else None
     old = None
     if updates > 1 and world.any(bool(needed)):
-        with autocast(device, precision):
-            old = _old_log_probs(_inner(model), needed, table, config, pad_id, world)
-    if config.logprob_check:
+        old = {id(t): engine_log_probs(t) for t in needed if id(t) in engine_ids}
+        recompute = [t for t in needed if id(t) not in old]
+        if world.any(bool(recompute)):
+            with autocast(device, precision):
+                old.update(_old_log_probs(_inner(model), recompute, table, config, pad_id, world))
+    if config.logprob_check and gap_rows is None:
         with autocast(device, precision):
             stats["rollout/logprob_abs_diff"], stats["rollout/logprob_abs_diff_max"] = logprob_gap(
                 _inner(model), trajectories, table, config, pad_id, world, old)
+    gap = [0.0, 0.0, 0.0]  # the first mini-batch's sum, count and largest |engine - trainer| (old_logprobs="rollout")
     sums = {"clipped": 0.0, "entropy": 0.0, "tokens": 0, "kl": 0.0, "reverse_kl": 0.0, "reverse_kl_tokens": 0}
     losses, norms = [], []
     model.train()
     for epoch in range(config.ppo_epochs):
         if epoch:
             plan = minibatch_plan(trajectories, config, world, rng, shuffle)
-        for minibatch in plan:
+        for index, minibatch in enumerate(plan):
             active = [t for t in minibatch if regularised or t.advantage != 0 or t.teacher_tokens is not None]
             num_tokens, num_seqs, num_active = world.sum(
                 [float(sum(t.num_model_tokens for t in minibatch)), float(len(minibatch)), float(len(active))])
@@ -420,7 +450,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                         continue
                     with autocast(device, precision):
                         loss, part_stats = _micro_batch_loss(model, ref_model, chunks[k], table, config, pad_id,
-                                                             num_tokens, num_seqs, old, teacher)
+                                                             num_tokens, num_seqs, old, teacher,
+                                                             gap_rows if epoch == 0 and index == 0 else None)
                     if not torch.isfinite(loss):
                         finite = False
                         if not world.enabled:
@@ -430,6 +461,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
                     scaled = loss * world.size if world.enabled else loss
                     (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 total += loss.item()
+                gap = [gap[0] + part_stats.pop("gap_sum", 0.0), gap[1] + part_stats.pop("gap_count", 0),
+                       max(gap[2], part_stats.pop("gap_max", 0.0))]
                 for key, value in part_stats.items():
                     sums[key] += value
             if not num_active:
@@ -466,6 +499,10 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             scheduler.step()
+    if gap_rows is not None:
+        total_gap, count = world.sum(gap[:2])
+        stats["rollout/logprob_abs_diff"] = total_gap / count if count else float("nan")
+        stats["rollout/logprob_abs_diff_max"] = world.max(float(gap[2]))
     if world.enabled:
         sums = dict(zip(sums, world.sum(list(sums.values()))))
     tokens = max(sums["tokens"], 1)

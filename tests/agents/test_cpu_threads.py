@@ -43,7 +43,7 @@ def test_too_late_once_torch_is_loaded():
 
 def test_the_main_job_fixes_its_thread_count_and_runs_by_steps():
     config = build_config({"preset": "cpu-tiny"})
-    assert config.threads == 2 and config.time_limit_min == 0 and config.steps == 200
+    assert config.threads == 2 and config.time_limit_min == 0 and config.steps == 340
 
 
 @pytest.mark.slow
