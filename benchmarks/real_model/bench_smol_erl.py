@@ -124,21 +124,25 @@ SETTING_ARGS = {
 
 
 def study_commands(runs: Path, model: str, seeds: list[int], budget: int, arms: list[str], setting: str = "small",
-                   engine: str = "", threads: int = 1, eval_every: int = 8) -> list[tuple[Path, list[str]]]:
+                   engine: str = "", threads: int = 1, eval_every: int = 8,
+                   seed_major: bool = False) -> list[tuple[Path, list[str]]]:
     """The erl-train arguments of every (arm, seed) run, each into ``runs/<setting>/<arm>/seed<k>``: the cpu-smol
     preset from ``model`` (every arm from the same starting model), one task a step, the sampled-token budget (a
-    ceiling of steps only so that the budget stops every run), ``--engine`` passed through when given."""
+    ceiling of steps only so that the budget stops every run), ``--engine`` passed through when given.
+    ``seed_major``: every arm's seed k before any arm's seed k+1, so a study stopped part-way (a study of many
+    hours) has the same seeds in every arm; otherwise arm by arm."""
+    pairs = [(arm, seed) for seed in seeds for arm in arms] if seed_major else \
+        [(arm, seed) for arm in arms for seed in seeds]
     out = []
-    for arm in arms:
-        for seed in seeds:
-            folder = runs / setting / arm / f"seed{seed}"
-            argv = ["--env", "ERL-FrozenLake-v0", "--preset", "cpu-smol", "--model", model, "--seed", str(seed),
-                    "--steps", "100000", "--tasks-per-step", "1", "--max-sampled-tokens", str(budget),
-                    "--eval-every", str(eval_every), "--threads", str(threads), "--no-progress",
-                    *SETTING_ARGS[setting], *ARM_ARGS[arm], "--output", str(folder)]
-            if engine:
-                argv += ["--engine", engine]
-            out.append((folder, argv))
+    for arm, seed in pairs:
+        folder = runs / setting / arm / f"seed{seed}"
+        argv = ["--env", "ERL-FrozenLake-v0", "--preset", "cpu-smol", "--model", model, "--seed", str(seed),
+                "--steps", "100000", "--tasks-per-step", "1", "--max-sampled-tokens", str(budget),
+                "--eval-every", str(eval_every), "--threads", str(threads), "--no-progress",
+                *SETTING_ARGS[setting], *ARM_ARGS[arm], "--output", str(folder)]
+        if engine:
+            argv += ["--engine", engine]
+        out.append((folder, argv))
     return out
 
 
@@ -594,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     study.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     study.add_argument("--setting", choices=SETTINGS, default="small")
     study.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    study.add_argument("--seed-major", action="store_true",
+                       help="every arm's seed k before any arm's seed k+1 (a study stopped part-way stays balanced)")
     study.add_argument("--resume", action="store_true", help="continue started runs (finished ones are skipped)")
     study.add_argument("--dry-run", action="store_true", help="print the erl-train commands and stop")
     args = parser.parse_args(argv)
@@ -601,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget < 1:
             parser.error(f"--budget must be at least 1 sampled token, got {args.budget}")
         commands = study_commands(args.run, args.model, args.seeds, args.budget, args.arms, args.setting, args.engine,
-                                  args.threads)
+                                  args.threads, seed_major=args.seed_major)
         if args.dry_run:
             for _, command in commands:
                 print("erl-train " + " ".join(command))

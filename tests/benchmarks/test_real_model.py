@@ -290,6 +290,9 @@ def test_smol_erl_study_runs_every_arm_from_one_model_and_resumes(tmp_path):
         assert argv[argv.index("--max-sampled-tokens") + 1] == "20000" and argv[-2:] == ["--engine", "vllm"]
     assert "--reflection-warmup" in commands[2][1] and "--no-eval-at-start" not in commands[0][1]
     assert "--engine" not in smol_erl.study_commands(tmp_path, "m", [0], 10, ["rlvr"])[0][1]
+    balanced = smol_erl.study_commands(tmp_path, "m", [0, 1], 10, ["rlvr", "erl_own"], seed_major=True)
+    assert [folder.relative_to(tmp_path).as_posix() for folder, _ in balanced] == [
+        "small/rlvr/seed0", "small/erl_own/seed0", "small/rlvr/seed1", "small/erl_own/seed1"]
     # A run that reached its budget is finished; one that stopped short is not, and is refused without --resume.
     _fake_run(tmp_path / "small" / "rlvr" / "seed0", "rlvr", 100, 10, {}, 1000)
     _fake_run(tmp_path / "small" / "rlvr" / "seed1", "rlvr", 100, 3, {}, 1000)
