@@ -295,10 +295,10 @@ def split_by_scoring(rows: Sequence[Trajectory], config: TrainConfig) -> tuple[l
     """Sampled rows split in two: those the update scores under the very distribution the engine drew them from,
     and those drawn under a top-k / top-p cut or at another temperature than the update scores them at (verl's
     one-temperature scoring of reflections)."""
-    scoring = row_temperatures(rows, config).tolist() if rows else []
-    cut = [t for t, temp in zip(rows, scoring) if t.top_k > 0 or t.top_p < 1 or abs(t.temperature - temp) > 1e-9]
-    cut_ids = {id(t) for t in cut}
-    return [t for t in rows if id(t) not in cut_ids], cut
+    plain, cut = [], []
+    for t, temp in zip(rows, row_temperatures(rows, config).tolist() if rows else []):
+        (cut if t.top_k > 0 or t.top_p < 1 or abs(t.temperature - temp) > 1e-9 else plain).append(t)
+    return plain, cut
 
 
 @torch.no_grad()
@@ -311,9 +311,8 @@ def logprob_gap(model, trajectories: Sequence[Trajectory], table: ConstraintTabl
     one no-grad pass. Under data parallel the figures cover every rank's rows."""
     rows = sampled_rows(trajectories)
     # Rows sampled under another distribution than the update's are scored as sampled; the rest as the update does.
-    _, cut = split_by_scoring(rows, config)
-    cut_ids = {id(t) for t in cut}
-    missing = [t for t in rows if id(t) not in cut_ids and (old is None or id(t) not in old)]
+    plain, cut = split_by_scoring(rows, config)
+    missing = [t for t in plain if old is None or id(t) not in old]
     scored = dict(old or {})
     if world.any(bool(missing)):
         scored.update(_old_log_probs(model, missing, table, config, pad_id, world))
@@ -403,8 +402,8 @@ def policy_update(model, optimizer, scheduler, trajectories: Sequence[Trajectory
     # old_logprobs="rollout": rows the engine drew from the update's own distribution keep its log-probs as the old
     # policy's (no pass for them); the agreement check then compares those of the first mini-batch, which is scored
     # before any optimizer step, with the trainer's, at no extra pass.
-    engine_rows = split_by_scoring(sampled_rows(trainable), config)[0] if config.old_logprobs == "rollout" else []
-    engine_ids = {id(t) for t in engine_rows}
+    engine_ids = ({id(t) for t in split_by_scoring(sampled_rows(trainable), config)[0]}
+                  if config.old_logprobs == "rollout" else set())
     gap_rows = engine_ids if config.logprob_check and config.old_logprobs == "rollout" else None
     old = None
     if updates > 1 and world.any(bool(needed)):

@@ -34,11 +34,9 @@ from benchmarks.reporting import best_constant_policy_line, rate, write_keeping_
 
 DATA = ROOT / "benchmarks" / "results" / "main_job"
 MAIN_ARGS = ["--env", "ERL-FrozenLake-v0", "--algo", "erl", "--preset", "cpu-tiny"]
-# The CI learning check's settings over the cpu-tiny preset (the test builds its config with ci_check_config).
-# Its learning rate stays constant after warm-up (the schedule its committed runs were measured with).
-# The CI check keeps the settings its committed runs were made with (benchmarks/results/main_job/ci_*), which the
-# main job's preset has since changed: a constant rate, the entropy bonus, one pass per mini-batch, recomputed old
-# log-probs.
+# The CI learning check's settings over the cpu-tiny preset (the test builds its config with ci_check_config). It
+# keeps the settings its committed runs (benchmarks/results/main_job/ci_*) were made with, which the main job's preset
+# has since changed: a constant learning rate, the entropy bonus, one pass per mini-batch, recomputed old log-probs.
 CI_CHECK = dict(env="ERL-FrozenLake-v0", steps=80, time_limit_min=0.0, eval_every=20, eval_tasks=100,
                 eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False, lr_schedule="constant",
                 entropy_coef=0.01, max_tokens_per_micro_batch=0, old_logprobs="recompute")

@@ -10,33 +10,10 @@ import copy
 import pytest
 import torch
 
+from agents.test_update import _bandit_policy, _batch
 from erl_agents.batch import assign_advantages
 from erl_agents.config import build_config
-from erl_agents.models import Policy, build_tiny_model, build_tiny_tokenizer
-from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
 from erl_agents.update import policy_update
-from text_bandit import TextBanditEnv
-
-
-def _policy():
-    env = TextBanditEnv(turns=2, contextual=True)
-    corpus = [env.instructions] + env.valid_actions * 10 + [
-        f"Turn {t} of 2. The prize is behind door {d}. Which door?" for t in range(1, 3) for d in "ABCD"] * 3
-    tokenizer = build_tiny_tokenizer(corpus, vocab_size=320)
-    return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=0), tokenizer)
-
-
-def _rows(policy, top_k=0):
-    torch.manual_seed(0)
-    envs = [TextBanditEnv(turns=2, contextual=True) for _ in range(8)]
-    tasks = [i // 4 for i in range(8)]
-    table = ConstraintTable()
-    episodes = run_episodes(policy, envs, [(t, None) for t in tasks], tasks, SamplingParams(1.0, 1.0, top_k, 5),
-                            constrained=False, table=table)
-    rows = [t for e in episodes for t in e.trajectories]
-    for i, t in enumerate(rows):
-        t.reward = float(i % 3)  # every group has non-zero advantages
-    return rows, table
 
 
 def _config(old_logprobs):
@@ -63,8 +40,8 @@ def _same(a, b, atol=1e-4):
 
 
 def test_the_engines_log_probs_give_the_recomputed_update():
-    policy = _policy()
-    rows, table = _rows(policy)
+    policy = _bandit_policy()
+    rows, table = _batch(policy)
     recomputed, stats_r = _update(policy, rows, table, "recompute")
     rollout, stats_o = _update(policy, rows, table, "rollout")
     assert stats_r["optimizer_steps"] == stats_o["optimizer_steps"] == 4
@@ -74,8 +51,8 @@ def test_the_engines_log_probs_give_the_recomputed_update():
 
 
 def test_rollout_mode_uses_the_engines_numbers_and_its_check_still_sees_a_gap():
-    policy = _policy()
-    rows, table = _rows(policy)
+    policy = _bandit_policy()
+    rows, table = _batch(policy)
     recomputed, _ = _update(policy, rows, table, "recompute")
     shifted_recomputed, stats_r = _update(policy, rows, table, "recompute", shift=0.3)
     shifted_rollout, stats_o = _update(policy, rows, table, "rollout", shift=0.3)
@@ -87,8 +64,8 @@ def test_rollout_mode_uses_the_engines_numbers_and_its_check_still_sees_a_gap():
 
 
 def test_rows_drawn_under_a_top_k_cut_are_still_scored_by_the_pass():
-    policy = _policy()
-    rows, table = _rows(policy, top_k=3)
+    policy = _bandit_policy()
+    rows, table = _batch(policy, top_k=3)
     assert all(t.top_k == 3 for t in rows)
     recomputed, _ = _update(policy, rows, table, "recompute")
     shifted_rollout, stats = _update(policy, rows, table, "rollout", shift=0.3)

@@ -21,12 +21,12 @@ def _bandit_policy(seed=0):
     return Policy(build_tiny_model(tokenizer, 32, 2, 2, 64, seed=seed), tokenizer)
 
 
-def _batch(policy, seed=0):
+def _batch(policy, seed=0, top_k=0):
     torch.manual_seed(seed)
     envs = [TextBanditEnv(turns=2, contextual=True) for _ in range(8)]
     tasks = [i // 4 for i in range(8)]
     table = ConstraintTable()
-    episodes = run_episodes(policy, envs, [(t, None) for t in tasks], tasks, SamplingParams(1.0, 1.0, 0, 5),
+    episodes = run_episodes(policy, envs, [(t, None) for t in tasks], tasks, SamplingParams(1.0, 1.0, top_k, 5),
                             constrained=False, table=table)
     trajectories = [t for e in episodes for t in e.trajectories]
     for i, t in enumerate(trajectories):
