@@ -41,6 +41,25 @@ def difference(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]
     return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
+# Two-sided 95% quantiles of Student's t by degrees of freedom (no scipy in the core install).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """The mean of a few independent runs' values (seeds) with its 95% t-interval: the spread between seeds, which
+    an interval on pooled episodes hides. A missing degree of freedom takes the next smaller one in the table (a
+    slightly wider interval)."""
+    n = len(values)
+    if n < 2:
+        return (values[0] if values else float("nan")), float("nan"), float("nan")
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    t = T95[max(df for df in T95 if df <= n - 1)]
+    half = t * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
 def write_keeping_analysis(path: Path, generated: str) -> None:
     """Write ``generated`` to ``path``, keeping whatever the old file had below ``ANALYSIS_MARKER``."""
     old = path.read_text() if path.exists() else ""

@@ -9,10 +9,13 @@
 
     python benchmarks/learning/bench_main_job.py --run RUNS        # run the three (one after the other), then report
     python benchmarks/learning/bench_main_job.py --run RUNS --only main     # one of them (main, ci_rlvr, ci_erl)
-    python benchmarks/learning/bench_main_job.py --collect RUNS    # copy RUNS/{main,ci_rlvr,ci_erl}, then report
+    python benchmarks/learning/bench_main_job.py --run RUNS --only main --seeds 1 2 3 4   # seeds 0-4 (then --collect)
+    python benchmarks/learning/bench_main_job.py --collect RUNS    # copy RUNS/{main,main_seed*,ci_rlvr,ci_erl}
     python benchmarks/learning/bench_main_job.py                   # the report from benchmarks/results/main_job/
 
-Writes benchmarks/results/main_job.md from the copied config.json, metrics.jsonl and load.json of each run.
+Writes benchmarks/results/main_job.md from the copied config.json, metrics.jsonl and load.json of each run (of
+the extra seeds only metrics.jsonl's evaluation rows and last row, as evals.jsonl), and constant.json: every
+always-one-move policy's outcome on the main job's held-out instances, the floor its numbers stand beside.
 """
 
 from __future__ import annotations
@@ -30,17 +33,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.reporting import best_constant_policy_line, rate, write_keeping_analysis  # noqa: E402
+from benchmarks.reporting import best_constant_policy_line, mean_interval, rate, write_keeping_analysis  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "results" / "main_job"
 MAIN_ARGS = ["--env", "ERL-FrozenLake-v0", "--algo", "erl", "--preset", "cpu-tiny"]
 # The CI learning check's settings over the cpu-tiny preset (the test builds its config with ci_check_config). It
 # keeps the settings its committed runs (benchmarks/results/main_job/ci_*) were made with, which the main job's preset
-# has since changed: a constant learning rate, the entropy bonus, one pass per mini-batch, recomputed old log-probs.
+# has since changed: a constant learning rate of 1e-3, the entropy bonus, one pass per mini-batch, recomputed old
+# log-probs, 100 x 2 held-out episodes (a test compares this config with the committed runs').
 CI_CHECK = dict(env="ERL-FrozenLake-v0", steps=80, time_limit_min=0.0, eval_every=20, eval_tasks=100,
-                eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False, lr_schedule="constant",
-                entropy_coef=0.01, max_tokens_per_micro_batch=0, old_logprobs="recompute")
+                eval_samples=2, progress=False, checkpoint_every=0, save_final_model=False, lr=1e-3,
+                lr_schedule="constant", entropy_coef=0.01, max_tokens_per_micro_batch=0, old_logprobs="recompute")
 RUNS = ("main", "ci_rlvr", "ci_erl")
+SEED_RUN = "main_seed"  # + the seed: the main job with another seed (the main run itself is the preset's seed)
+LAST_EVALS = 3  # the across-seeds table also averages this many final evaluations (less noisy than the last alone)
+MAIN_BAR = 0.7  # the held-out success the main job is meant to reach at its end (its issue's bar)
 REFLECTORS = {
     "plan": "the RuleReflector's plan: the shortest solution of the failed board, read with the env's symbols "
             "(privileged; the tiny model cannot write reflections)",
@@ -87,8 +94,9 @@ def run_one(name: str, runs: Path) -> None:
     from erl_agents.trainer import Trainer
     from erl_agents.train import main as erl_train
 
-    if name not in RUNS:
-        raise ValueError(f"unknown run {name!r}; choose one of {list(RUNS)}")
+    seed = name.removeprefix(SEED_RUN)
+    if name not in RUNS and not (name.startswith(SEED_RUN) and seed.isdigit()):
+        raise ValueError(f"unknown run {name!r}; choose one of {list(RUNS)} or {SEED_RUN}K")
     folder = runs / name
     if folder.exists():
         shutil.rmtree(folder)
@@ -97,9 +105,10 @@ def run_one(name: str, runs: Path) -> None:
     sampler = threading.Thread(target=_sample_load, args=(folder / "load.json", stop), daemon=True)
     sampler.start()
     try:
-        if name == "main":
-            if erl_train(MAIN_ARGS + ["--output", str(folder), "--no-progress"]) != 0:
-                raise RuntimeError("the main job failed")
+        if name == "main" or name.startswith(SEED_RUN):
+            seed_args = ["--seed", seed] if name.startswith(SEED_RUN) else []
+            if erl_train(MAIN_ARGS + seed_args + ["--output", str(folder), "--no-progress"]) != 0:
+                raise RuntimeError(f"the main job ({name}) failed")
         else:
             Trainer(ci_check_config(name.removeprefix("ci_"), str(folder))).train()
     finally:
@@ -108,9 +117,11 @@ def run_one(name: str, runs: Path) -> None:
 
 
 def collect(runs: Path, data: Path = DATA) -> None:
-    """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json; a run that
-    ``runs`` does not hold keeps its committed copy."""
-    for name in RUNS:
+    """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json (of an extra
+    seed: the evaluation rows and the last row, evals.jsonl); a run that ``runs`` does not hold keeps its committed
+    copy. Then the constant policies' outcomes on the main job's held-out instances (constant.json)."""
+    seeds = sorted(path.name for path in runs.glob(f"{SEED_RUN}*") if path.name.removeprefix(SEED_RUN).isdigit())
+    for name in [*RUNS, *seeds]:
         source, target = runs / name, data / name
         if not (source / "config.json").exists():  # not rerun this time (--only): the committed copy stays
             print(f"{source} has no finished run; keeping {target}")
@@ -119,14 +130,51 @@ def collect(runs: Path, data: Path = DATA) -> None:
         config = json.loads((source / "config.json").read_text())
         config["output"] = f"runs/{name}"
         (target / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
-        shutil.copyfile(source / "metrics.jsonl", target / "metrics.jsonl")
+        if name in RUNS:
+            shutil.copyfile(source / "metrics.jsonl", target / "metrics.jsonl")
+        else:
+            lines = [line for line in (source / "metrics.jsonl").read_text().splitlines() if line.strip()]
+            kept = [line for line in lines[:-1] if "eval/success" in json.loads(line)] + lines[-1:]
+            (target / "evals.jsonl").write_text("".join(line + "\n" for line in kept))
         if (source / "load.json").exists():
             shutil.copyfile(source / "load.json", target / "load.json")
+    if (data / "main" / "config.json").exists():
+        write_constant_outcomes(data)
+
+
+def write_constant_outcomes(data: Path = DATA) -> None:
+    """Every always-one-move policy's outcome on each held-out instance of the main job (constant.json)."""
+    from benchmarks.real_model.board_dependence import constant_outcomes
+    from erl_agents.envs import make_env
+    from erl_agents.evaluate import eval_tasks
+
+    config = json.loads((data / "main" / "config.json").read_text())
+    tasks = eval_tasks(config["env"], config["env_kwargs"], config["eval_set"], config["eval_tasks"])
+    kwargs = {**config["env_kwargs"], **config["eval_env_kwargs"]}
+    outcomes = constant_outcomes(lambda: make_env(config["env"], kwargs), tasks)
+    record = {"tasks": [list(task) for task in tasks], "constant": outcomes}
+    (data / "constant.json").write_text(json.dumps(record) + "\n")
+
+
+def constant_line(data: Path) -> str:
+    """The best constant policy's score on the main job's held-out instances (from constant.json), or the cpu-smol
+    maps' figure when no constant.json is there."""
+    if not (data / "constant.json").exists():
+        return ("The floor a board-blind policy reaches (measured on the cpu-smol held-out maps, FrozenLake sizes "
+                "2-4 like these runs' but the paper's test maps, not these seeded instances): "
+                + best_constant_policy_line())
+    outcomes = json.loads((data / "constant.json").read_text())["constant"]
+    scores = {move: (sum(map(bool, solved)), len(solved)) for move, solved in outcomes.items()}
+    best = max(scores, key=lambda move: scores[move][0])
+    others = ", ".join(f"{move} {k}/{n}" for move, (k, n) in scores.items() if move != best)
+    return (f"The floor a board-blind policy reaches on the same held-out instances: always {best}, "
+            f"{rate(*scores[best])} (others: {others}; one episode each, the env is deterministic; constant.json).")
 
 
 def _read(folder: Path) -> tuple[dict, list[dict], list[float]]:
     config = json.loads((folder / "config.json").read_text())
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = folder / "metrics.jsonl" if (folder / "metrics.jsonl").exists() else folder / "evals.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     load = json.loads((folder / "load.json").read_text())["load1"] if (folder / "load.json").exists() else []
     return config, rows, load
 
@@ -152,10 +200,7 @@ def to_markdown(data: Path = DATA) -> str:
     lines = ["# The main job and the CI learning check: the tiny model on FrozenLake sizes 2-4", "",
              "Generated by `python benchmarks/learning/bench_main_job.py` from the runs' config.json, metrics.jsonl "
              "and load.json in [main_job/](main_job/). Held-out: first attempts on seeded instances that training "
-             "never draws (`eval_set=seeded`), 95% Wilson intervals in brackets.", "",
-             "Beside them, the floor a board-blind policy reaches (measured on the cpu-smol held-out maps, FrozenLake "
-             "sizes 2-4 like these runs' but the paper's test maps, not these seeded instances): "
-             + best_constant_policy_line(), ""]
+             "never draws (`eval_set=seeded`), 95% Wilson intervals in brackets.", "", constant_line(data), ""]
     if (data / "main").exists():
         config, rows, load = _read(data / "main")
         evals = _evals(rows)
@@ -171,6 +216,7 @@ def to_markdown(data: Path = DATA) -> str:
             f"({os.cpu_count()} CPUs here).", "",
             "| step | held-out success |", "|---|---|",
             *[f"| {step} | {rate(k, n)} |" for step, k, n in evals], ""]
+        lines += _seed_lines(data)
     ci = [name for name in ("ci_rlvr", "ci_erl") if (data / name).exists()]
     if ci:
         lines += ["## The CI learning check (`test_tiny_model_improves_on_small_frozen_lake`)", "",
@@ -208,6 +254,43 @@ def to_markdown(data: Path = DATA) -> str:
     return "\n".join(lines)
 
 
+def _seed_lines(data: Path) -> list[str]:
+    """The main job's end across seeds: each seed's last evaluation and the mean of its last few, and the mean over
+    seeds with a t-interval (the spread between seeds, which one run cannot show)."""
+    folders = [data / "main"] + sorted((p for p in data.glob(f"{SEED_RUN}*") if (p / "config.json").exists()),
+                                       key=lambda p: int(p.name.removeprefix(SEED_RUN)))
+    if len(folders) < 2:
+        return []
+    lines = ["## The main job across seeds", "",
+             f"The same command with `--seed K` (the extra seeds' evaluation rows and last row in "
+             f"[main_job/{SEED_RUN}K/](main_job/)). Step-based, so these numbers do not depend on the load the "
+             f"runs shared the machine with; their wall time does, and only seed 0's above is a quiet one.", "",
+             f"| seed | steps | held-out at the end | mean of the last {LAST_EVALS} evaluations |",
+             "|---|---|---|---|"]
+    ends, lasts = [], []
+    for folder in folders:
+        config, rows, _ = _read(folder)
+        evals = _evals(rows)
+        done = max((r["step"] for r in rows), default=0)
+        if not evals or done < config["steps"]:
+            lines.append(f"| {config['seed']} | {done} of {config['steps']} | not finished | - |")
+            continue
+        step, k, n = evals[-1]
+        recent = [k_ / n_ for _, k_, n_ in evals[-LAST_EVALS:]]
+        ends.append((config["seed"], k / n))
+        lasts.append(sum(recent) / len(recent))
+        lines.append(f"| {config['seed']} | {done} | {rate(k, n)} | {lasts[-1]:.3f} |")
+    if len(ends) >= 2:
+        mean, low, high = mean_interval([value for _, value in ends])
+        last_mean, last_low, last_high = mean_interval(lasts)
+        seed, lowest = min(ends, key=lambda e: e[1])
+        lines += ["", f"Over {len(ends)} finished seeds: held-out at the end {mean:.3f} on average (95% t-interval "
+                      f"over seeds [{low:.3f}, {high:.3f}]), lowest {lowest:.3f} (seed {seed}); the mean of the last "
+                      f"{LAST_EVALS} evaluations {last_mean:.3f} [{last_low:.3f}, {last_high:.3f}]. Seeds ending at "
+                      f"or above {MAIN_BAR}: {sum(value >= MAIN_BAR for _, value in ends)} of {len(ends)}."]
+    return lines + [""]
+
+
 def _step0_lines(data: Path, names: list[str]) -> list[str]:
     """Why the same untrained model scores differently at step 0 of the two CI runs: evaluation plays its episodes
     in batches of the run's env pool (tasks per step x group size), so one seeded RNG stream is spread over batches
@@ -234,13 +317,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=None, help="run the three jobs into this folder, then collect")
     parser.add_argument("--only", choices=RUNS, default=None, help="with --run: only this run, and no report")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[],
+                        help=f"with --run: also the main job with these seeds (into RUNS/{SEED_RUN}K)")
     parser.add_argument("--collect", type=Path, default=None, help="copy finished runs from this folder")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "main_job.md")
     args = parser.parse_args(argv)
     if args.run is not None:
         started = time.perf_counter()
-        for name in [args.only] if args.only else RUNS:
+        for name in ([args.only] if args.only else list(RUNS)) + [f"{SEED_RUN}{seed}" for seed in args.seeds]:
             run_one(name, args.run)
         print(f"ran in {(time.perf_counter() - started) / 60:.1f} minutes")
         if args.only:
