@@ -73,15 +73,20 @@ def write_keeping_analysis(path: Path, generated: str) -> None:
 CONSTANT_POLICY_DATA = Path(__file__).resolve().parent / "results" / "board_dependence" / "untrained.json"
 
 
+def best_constant(solved: dict[str, list[bool]]) -> tuple[str, int, int, str]:
+    """From each constant policy's outcome per map: the best move (the first of a tie), its successes and maps, and
+    the others' scores in words."""
+    scores = {move: (sum(map(bool, maps)), len(maps)) for move, maps in solved.items()}
+    best = max(scores, key=lambda move: scores[move][0])
+    others = ", ".join(f"{move} {k}/{n}" for move, (k, n) in scores.items() if move != best)
+    return best, *scores[best], others
+
+
 def best_constant_policy_line(path: Path = CONSTANT_POLICY_DATA) -> str:
     """One sentence giving the best always-one-move policy's held-out FrozenLake score, computed from ``path``: the
     figure a real model's numbers must beat before they say anything about learning."""
     import json
 
-    solved = json.loads(path.read_text())["constant"]
-    scores = {move: (sum(map(bool, maps)), len(maps)) for move, maps in solved.items()}
-    best = max(scores, key=lambda m: scores[m][0])
-    k, n = scores[best]
-    others = ", ".join(f"{m} {a}/{b}" for m, (a, b) in scores.items() if m != best)
+    best, k, n, others = best_constant(json.loads(path.read_text())["constant"])
     return (f"Best constant policy on the cpu-smol held-out FrozenLake maps (always {best}): {rate(k, n)} "
             f"(others: {others}; from `{path.relative_to(path.parents[3])}`).")

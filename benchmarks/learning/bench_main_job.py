@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.reporting import best_constant_policy_line, mean_interval, rate, write_keeping_analysis  # noqa: E402
+from benchmarks.reporting import (best_constant, best_constant_policy_line, mean_interval, rate,  # noqa: E402
+                                  write_keeping_analysis)
 
 DATA = ROOT / "benchmarks" / "results" / "main_job"
 MAIN_ARGS = ["--env", "ERL-FrozenLake-v0", "--algo", "erl", "--preset", "cpu-tiny"]
@@ -163,12 +164,9 @@ def constant_line(data: Path) -> str:
         return ("The floor a board-blind policy reaches (measured on the cpu-smol held-out maps, FrozenLake sizes "
                 "2-4 like these runs' but the paper's test maps, not these seeded instances): "
                 + best_constant_policy_line())
-    outcomes = json.loads((data / "constant.json").read_text())["constant"]
-    scores = {move: (sum(map(bool, solved)), len(solved)) for move, solved in outcomes.items()}
-    best = max(scores, key=lambda move: scores[move][0])
-    others = ", ".join(f"{move} {k}/{n}" for move, (k, n) in scores.items() if move != best)
+    best, k, n, others = best_constant(json.loads((data / "constant.json").read_text())["constant"])
     return (f"The floor a board-blind policy reaches on the same held-out instances: always {best}, "
-            f"{rate(*scores[best])} (others: {others}; one episode each, the env is deterministic; constant.json).")
+            f"{rate(k, n)} (others: {others}; one episode each, the env is deterministic; constant.json).")
 
 
 def _read(folder: Path) -> tuple[dict, list[dict], list[float]]:
