@@ -95,8 +95,8 @@ def run_one(name: str, runs: Path) -> None:
     from erl_agents.trainer import Trainer
     from erl_agents.train import main as erl_train
 
-    seed = name.removeprefix(SEED_RUN)
-    if name not in RUNS and not (name.startswith(SEED_RUN) and seed.isdigit()):
+    seed = name.removeprefix(SEED_RUN) if name.startswith(SEED_RUN) else None
+    if name not in RUNS and not (seed or "").isdigit():
         raise ValueError(f"unknown run {name!r}; choose one of {list(RUNS)} or {SEED_RUN}K")
     folder = runs / name
     if folder.exists():
@@ -106,8 +106,8 @@ def run_one(name: str, runs: Path) -> None:
     sampler = threading.Thread(target=_sample_load, args=(folder / "load.json", stop), daemon=True)
     sampler.start()
     try:
-        if name == "main" or name.startswith(SEED_RUN):
-            seed_args = ["--seed", seed] if name.startswith(SEED_RUN) else []
+        if name == "main" or seed is not None:
+            seed_args = ["--seed", seed] if seed is not None else []
             if erl_train(MAIN_ARGS + seed_args + ["--output", str(folder), "--no-progress"]) != 0:
                 raise RuntimeError(f"the main job ({name}) failed")
         else:
@@ -117,12 +117,17 @@ def run_one(name: str, runs: Path) -> None:
         sampler.join()
 
 
+def seed_folders(root: Path) -> list[Path]:
+    """The extra seeds' folders under ``root`` (``SEED_RUN`` and a number), in seed order."""
+    found = [folder for folder in root.glob(f"{SEED_RUN}*") if folder.name.removeprefix(SEED_RUN).isdigit()]
+    return sorted(found, key=lambda folder: int(folder.name.removeprefix(SEED_RUN)))
+
+
 def collect(runs: Path, data: Path = DATA) -> None:
     """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json (of an extra
     seed: the evaluation rows and the last row, evals.jsonl); a run that ``runs`` does not hold keeps its committed
     copy. Then the constant policies' outcomes on the main job's held-out instances (constant.json)."""
-    seeds = sorted(path.name for path in runs.glob(f"{SEED_RUN}*") if path.name.removeprefix(SEED_RUN).isdigit())
-    for name in [*RUNS, *seeds]:
+    for name in [*RUNS, *(folder.name for folder in seed_folders(runs))]:
         source, target = runs / name, data / name
         if not (source / "config.json").exists():  # not rerun this time (--only): the committed copy stays
             print(f"{source} has no finished run; keeping {target}")
@@ -255,8 +260,7 @@ def to_markdown(data: Path = DATA) -> str:
 def _seed_lines(data: Path) -> list[str]:
     """The main job's end across seeds: each seed's last evaluation and the mean of its last few, and the mean over
     seeds with a t-interval (the spread between seeds, which one run cannot show)."""
-    folders = [data / "main"] + sorted((p for p in data.glob(f"{SEED_RUN}*") if (p / "config.json").exists()),
-                                       key=lambda p: int(p.name.removeprefix(SEED_RUN)))
+    folders = [data / "main"] + [folder for folder in seed_folders(data) if (folder / "config.json").exists()]
     if len(folders) < 2:
         return []
     lines = ["## The main job across seeds", "",

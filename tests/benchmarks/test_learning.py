@@ -365,10 +365,10 @@ def test_main_job_data_is_the_current_presets_run():
     """The committed main job (and its extra seeds) ran the command the README gives, with today's preset."""
     import dataclasses
 
-    from benchmarks.learning.bench_main_job import DATA, MAIN_ARGS, SEED_RUN
+    from benchmarks.learning.bench_main_job import DATA, MAIN_ARGS, seed_folders
     from erl_agents.train import parse_config
 
-    for folder in [DATA / "main", *sorted(DATA.glob(f"{SEED_RUN}*"))]:
+    for folder in [DATA / "main", *seed_folders(DATA)]:
         committed = _committed_config(folder.name)
         seed = ["--seed", str(committed["seed"])] if folder.name != "main" else []
         config = dataclasses.asdict(parse_config(MAIN_ARGS + seed + ["--output", f"runs/{folder.name}"]))
