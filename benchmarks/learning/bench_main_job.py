@@ -49,6 +49,9 @@ RUNS = ("main", "ci_rlvr", "ci_erl")
 SEED_RUN = "main_seed"  # + the seed: the main job with another seed (the main run itself is the preset's seed)
 LAST_EVALS = 3  # the across-seeds table also averages this many final evaluations (less noisy than the last alone)
 MAIN_BAR = 0.7  # the held-out success the main job is meant to reach at its end (its issue's bar)
+# Where the final models fail: each plays this many held-out instances once (the evaluation's 100 are the first).
+OUTCOME_TASKS = 1000
+END_KINDS = ("success", "hole", "step_limit")
 REFLECTORS = {
     "plan": "the RuleReflector's plan: the shortest solution of the failed board, read with the env's symbols "
             "(privileged; the tiny model cannot write reflections)",
@@ -146,6 +149,10 @@ def collect(runs: Path, data: Path = DATA) -> None:
             shutil.copyfile(source / "load.json", target / "load.json")
     if (data / "main" / "config.json").exists():
         write_constant_outcomes(data)
+    finals = {name: runs / name for name in ["main", *(folder.name for folder in seed_folders(runs))]
+              if (runs / name / "final_model").exists()}
+    if finals:
+        write_final_outcomes(finals, data)
 
 
 def write_constant_outcomes(data: Path = DATA) -> None:
@@ -160,6 +167,109 @@ def write_constant_outcomes(data: Path = DATA) -> None:
     outcomes = constant_outcomes(lambda: make_env(config["env"], kwargs), tasks)
     record = {"tasks": [list(task) for task in tasks], "constant": outcomes}
     (data / "constant.json").write_text(json.dumps(record) + "\n")
+
+
+def end_kind(game) -> str:
+    """How a finished FrozenLake episode ended, read off the board: on the goal, in a hole, or on a frozen tile (the
+    step budget ran out)."""
+    row, col = game.position
+    return {"G": "success", "H": "hole"}.get(game.map_rows[row][col], "step_limit")
+
+
+def play_outcomes(run: Path, tasks: int = OUTCOME_TASKS) -> list[list]:
+    """``[board size, shortest path, end kind]`` per held-out instance, in order, when a run's final model plays its
+    first ``tasks`` held-out instances once each at the evaluation's sampling; one torch thread and the run's seed, so
+    a rerun repeats it."""
+    import torch
+
+    from erl_agents.envs import make_env
+    from erl_agents.evaluate import eval_tasks
+    from erl_agents.models import load_policy
+    from erl_agents.rollout import ConstraintTable, SamplingParams, run_episodes
+    from erl_envs.grid.frozen_lake_maps import shortest_path_length
+
+    config = json.loads((run / "config.json").read_text())
+    policy = load_policy(str(run / "final_model"), safetensors_only=True)
+    kwargs = {**config["env_kwargs"], **config["eval_env_kwargs"]}
+    envs = [make_env(config["env"], kwargs) for _ in range(64)]
+    sampling = SamplingParams(config["eval_temperature"], config["eval_top_p"], config["eval_top_k"],
+                              config["max_new_tokens"])
+    todo = eval_tasks(config["env"], config["env_kwargs"], config["eval_set"], tasks)
+    outcomes, threads, table = [], torch.get_num_threads(), ConstraintTable()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config["seed"])
+            for start in range(0, len(todo), len(envs)):
+                chunk, playing = todo[start:start + len(envs)], envs[:len(todo) - start]
+                run_episodes(policy, playing, chunk, list(range(len(chunk))), sampling,
+                             constrained=config["constrained_actions"], max_seq_len=config["max_seq_len"], table=table)
+                for env in playing:
+                    game = env.unwrapped
+                    outcomes.append([len(game.map_rows), shortest_path_length(game.map_rows), end_kind(game)])
+    finally:
+        torch.set_num_threads(threads)
+    return outcomes
+
+
+def write_final_outcomes(finals: dict[str, Path], data: Path = DATA) -> None:
+    """Each final model's outcome per held-out instance (outcomes.json), beside the kept ones of runs not given."""
+    path = data / "outcomes.json"
+    record = json.loads(path.read_text()) if path.exists() else {"tasks": OUTCOME_TASKS, "runs": {}}
+    if record["tasks"] != OUTCOME_TASKS:
+        record = {"tasks": OUTCOME_TASKS, "runs": {}}  # kept ones of another size would not pool
+    for name, folder in finals.items():
+        print(f"playing {folder / 'final_model'} on {OUTCOME_TASKS} held-out instances")
+        record["runs"][name] = play_outcomes(folder)
+    path.write_text(json.dumps(record) + "\n")
+
+
+def _success(outcomes: list[list]) -> tuple[int, int]:
+    return sum(kind == "success" for _, _, kind in outcomes), len(outcomes)
+
+
+def outcome_lines(data: Path) -> list[str]:
+    """The final models on more held-out instances (outcomes.json): success on the evaluation's instances and on
+    the rest, and end kinds by board size and shortest path, pooled over the models."""
+    if not (data / "outcomes.json").exists():
+        return []
+    record = json.loads((data / "outcomes.json").read_text())
+    runs, tasks = record["runs"], record["tasks"]
+    evaluated = json.loads((data / "main" / "config.json").read_text())["eval_tasks"]
+    # The first 100 were the evaluation's instances until the FrozenLake cpu-tiny preset's evaluation grew to 400.
+    firsts = sorted({n for n in (100, evaluated) if n < tasks})
+    lines = ["## The final models on more held-out instances", "",
+             f"Each final model plays the first {tasks} held-out instances once at the evaluation's sampling (one "
+             f"torch thread, the run's seed; [outcomes.json](main_job/outcomes.json)). The first {evaluated} are the "
+             "instances every evaluation above plays; the first 100 were the evaluation's before the preset's "
+             "evaluation grew to 400 instances x 1 sample (from 100 x 2).", "",
+             "| run | " + " | ".join(f"the first {n}" + (" (the evaluation's)" if n == evaluated else "")
+                                    for n in firsts) + f" | the other {tasks - evaluated} | all {tasks} |",
+             "|---|" + "---|" * (len(firsts) + 2)]
+    for name, outcomes in runs.items():
+        lines.append(f"| {name} | " + " | ".join(rate(*_success(outcomes[:n])) for n in firsts)
+                     + f" | {rate(*_success(outcomes[evaluated:]))} | {rate(*_success(outcomes))} |")
+    boards = next(iter(runs.values()))  # every model plays the same instances
+    largest = max(size for size, _, _ in boards)
+    parts = [(f"the first {n}", boards[:n]) for n in firsts] + [(f"the other {tasks - evaluated}", boards[evaluated:])]
+    lines += ["", f"The instances' mix: {largest}x{largest} boards are "
+              + ", ".join(f"{sum(size == largest for size, _, _ in part) / len(part):.2f} of {name}"
+                          for name, part in parts if part)
+              + "; the mean shortest path "
+              + ", ".join(f"{sum(shortest for _, shortest, _ in part) / len(part):.2f} ({name})"
+                          for name, part in parts if part) + "."]
+    pooled: dict[tuple[int, int], dict[str, int]] = {}
+    for outcomes in runs.values():
+        for size, shortest, kind in outcomes:
+            pooled.setdefault((size, shortest), dict.fromkeys(END_KINDS, 0))[kind] += 1
+    lines += ["", "Where they fail, pooled over the models: by board size and shortest path (moves), the share of "
+              "episodes that end on the goal, in a hole, or at the step limit.", "",
+              "| board | shortest path | episodes | success | hole | step limit |", "|---|---|---|---|---|---|"]
+    for (size, shortest), kinds in sorted(pooled.items()):
+        n = sum(kinds.values())
+        lines.append(f"| {size}x{size} | {shortest} | {n} | "
+                     + " | ".join(f"{kinds[kind] / n:.2f}" for kind in END_KINDS) + " |")
+    return lines + [""]
 
 
 def constant_line(data: Path) -> str:
@@ -220,6 +330,7 @@ def to_markdown(data: Path = DATA) -> str:
             "| step | held-out success |", "|---|---|",
             *[f"| {step} | {rate(k, n)} |" for step, k, n in evals], ""]
         lines += _seed_lines(data)
+        lines += outcome_lines(data)
     ci = [name for name in ("ci_rlvr", "ci_erl") if (data / name).exists()]
     if ci:
         lines += ["## The CI learning check (`test_tiny_model_improves_on_small_frozen_lake`)", "",

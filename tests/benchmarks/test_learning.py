@@ -375,3 +375,84 @@ def test_main_job_data_is_the_current_presets_run():
         # How a run was started (a progress bar, resumed after a pause) is not what it computes.
         started = {"progress", "resume"}
         assert {k: v for k, v in committed.items() if k not in started and config.get(k) != v} == {}, folder.name
+
+
+def test_end_kind_reads_how_a_frozen_lake_episode_ended():
+    """The failure table's kinds agree with the env's own ending: success, a hole (terminated without success), or
+    the step limit (truncated)."""
+    import gymnasium as gym
+
+    import erl_envs  # noqa: F401
+    from benchmarks.learning.bench_main_job import end_kind
+
+    env = gym.make("ERL-FrozenLake-v0", size=[2, 4])
+    seen = set()
+    for seed in range(60):
+        for move in ("```Up```", "```Right```"):
+            env.reset(seed=seed)
+            terminated = truncated = False
+            while not (terminated or truncated):
+                _, _, terminated, truncated, info = env.step(move)
+            kind = end_kind(env.unwrapped)
+            expected = "success" if info["success"] else "hole" if terminated else "step_limit"
+            assert kind == expected, (seed, move)
+            seen.add(kind)
+    assert seen == {"success", "hole", "step_limit"}
+
+
+def test_main_job_report_splits_the_final_models_by_instances_and_boards(tmp_path):
+    from benchmarks.learning import bench_main_job as main_job
+
+    _main_job_run(tmp_path / "main", "erl", [(0, 30), (12, 70)], 12)  # its config: 6 held-out instances
+    outcomes = {"main": [[2, 1, "success"]] * 5 + [[4, 3, "hole"]] + [[4, 3, "success"], [4, 3, "step_limit"]],
+                "main_seed1": [[2, 1, "success"]] * 6 + [[4, 3, "hole"], [4, 3, "hole"]]}
+    (tmp_path / "outcomes.json").write_text(json.dumps({"tasks": 8, "runs": outcomes}))
+    text = main_job.to_markdown(tmp_path)
+    assert "| run | the first 6 (the evaluation's) | the other 2 | all 8 |" in text
+    assert "| main | 5/6 = 0.83 [" in text and "| 1/2 = 0.50 [" in text and "| 6/8 = 0.75 [" in text
+    assert "| main_seed1 | 6/6 = 1.00 [" in text and "| 0/2 = 0.00 [" in text
+    # Pooled over both models: 11 episodes on 2x2 boards one move from the goal, all solved; 5 on 4x4 boards three
+    # moves away: 1 solved, 3 in a hole, 1 at the step limit.
+    assert "| 2x2 | 1 | 11 | 1.00 | 0.00 | 0.00 |" in text
+    assert "| 4x4 | 3 | 5 | 0.20 | 0.60 | 0.20 |" in text
+    # The mix of the instances (read from the first model's: all play the same ones): 4x4 boards are 1 of the first
+    # 6 and both of the other 2.
+    assert "4x4 boards are 0.17 of the first 6, 1.00 of the other 2; the mean shortest path 1.33 (the first 6)" in text
+    # Past the old evaluation's 100 instances, those get a column of their own.
+    many = [[2, 1, "success"]] * 100 + [[4, 3, "hole"]] * 100
+    (tmp_path / "outcomes.json").write_text(json.dumps({"tasks": 200, "runs": {"main": many}}))
+    text = main_job.to_markdown(tmp_path)
+    assert "| run | the first 6 (the evaluation's) | the first 100 | the other 194 | all 200 |" in text
+    assert "| main | 6/6 = 1.00 [" in text and "| 100/100 = 1.00 [" in text and "| 94/194 = 0.48 [" in text
+
+
+def test_final_models_play_the_held_out_instances_in_order_and_repeatably(tmp_path, monkeypatch):
+    from benchmarks.learning import bench_main_job as main_job
+    from erl_agents.config import build_config
+    from erl_agents.envs import make_env
+    from erl_agents.evaluate import seeded_tasks
+    from erl_agents.trainer import Trainer
+    from erl_envs.grid.frozen_lake_maps import shortest_path_length
+
+    config = build_config({"preset": "cpu-tiny"}, flags=dict(
+        env="ERL-FrozenLake-v0", algo="rlvr", output=str(tmp_path / "runs" / "main"), steps=1, tasks_per_step=2,
+        n_rlvr=2, eval_every=0, checkpoint_every=0, tiny_hidden=32, tiny_layers=1, tiny_heads=2,
+        tiny_intermediate=64, progress=False, save_final_model=True, threads=1))
+    Trainer(config).train()
+    run = tmp_path / "runs" / "main"
+    outcomes = main_job.play_outcomes(run, tasks=5)
+    assert outcomes == main_job.play_outcomes(run, tasks=5)  # the run's seed and one thread: the same episodes
+    env = make_env("ERL-FrozenLake-v0", {"size": [2, 4]})
+    boards = []
+    for seed, options in seeded_tasks(5):
+        env.reset(seed=seed, options=options)
+        boards.append([len(env.unwrapped.map_rows), shortest_path_length(env.unwrapped.map_rows)])
+    assert [outcome[:2] for outcome in outcomes] == boards
+    assert {kind for _, _, kind in outcomes} <= set(main_job.END_KINDS)
+    # collect plays every run it finds with a final model, and keeps another run's kept outcomes.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "outcomes.json").write_text(json.dumps({"tasks": main_job.OUTCOME_TASKS, "runs": {"main_seed9": []}}))
+    monkeypatch.setattr(main_job, "play_outcomes", lambda folder, tasks=0: [[2, 1, folder.name]])
+    main_job.collect(tmp_path / "runs", data)
+    assert json.loads((data / "outcomes.json").read_text())["runs"] == {"main_seed9": [], "main": [[2, 1, "main"]]}
