@@ -163,8 +163,8 @@ ENV_PRESETS: dict[tuple[str, str], dict[str, Any]] = {
     # rate, held-out success kept shaking on a plateau below the main job's target. No entropy bonus: without it
     # the policy's entropy stays near 0.4 nats a move to the end, and rows with a zero advantage then skip the
     # update, which makes a step a third cheaper (benchmarks/results/main_job.md has the committed run).
-    # Held-out: 400 seeded instances x 1 sample every 20 steps: about the episodes of 100 x 2 every 10, a quarter of the
-    # instance-sampling error (boards range from 2x2, ~always solved, to 4x4 with long paths, mostly failed).
+    # Held-out: 400 seeded instances x 1 sample every 20 steps: about the episodes of 100 x 2 every 10, half the error
+    # of the instance draw (boards range from 2x2, ~always solved, to 4x4 with long paths, mostly failed).
     ("cpu-tiny", "ERL-FrozenLake-v0"): dict(env_kwargs={"size": [2, 4]}, tiny_grid_tokens="row", tiny_vocab=2048,
                                             lr=1e-3, reflector="plan", lr_schedule="cosine", eval_tasks=400,
                                             eval_samples=1, eval_every=20),

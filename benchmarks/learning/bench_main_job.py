@@ -49,7 +49,7 @@ RUNS = ("main", "ci_rlvr", "ci_erl")
 SEED_RUN = "main_seed"  # + the seed: the main job with another seed (the main run itself is the preset's seed)
 LAST_EVALS = 3  # the across-seeds table also averages this many final evaluations (less noisy than the last alone)
 MAIN_BAR = 0.7  # the held-out success the main job is meant to reach at its end (its issue's bar)
-# Where the final models fail: each plays this many held-out instances once (the evaluation's 100 are the first).
+# Where the final models fail: each plays this many held-out instances once (the evaluation's are the first).
 OUTCOME_TASKS = 1000
 END_KINDS = ("success", "hole", "step_limit")
 REFLECTORS = {
@@ -130,7 +130,8 @@ def collect(runs: Path, data: Path = DATA) -> None:
     """Copy each run's config.json (without the machine's output path), metrics.jsonl and load.json (of an extra
     seed: the evaluation rows and the last row, evals.jsonl); a run that ``runs`` does not hold keeps its committed
     copy. Then the constant policies' outcomes on the main job's held-out instances (constant.json)."""
-    for name in [*RUNS, *(folder.name for folder in seed_folders(runs))]:
+    seeds = [folder.name for folder in seed_folders(runs)]
+    for name in [*RUNS, *seeds]:
         source, target = runs / name, data / name
         if not (source / "config.json").exists():  # not rerun this time (--only): the committed copy stays
             print(f"{source} has no finished run; keeping {target}")
@@ -149,8 +150,7 @@ def collect(runs: Path, data: Path = DATA) -> None:
             shutil.copyfile(source / "load.json", target / "load.json")
     if (data / "main" / "config.json").exists():
         write_constant_outcomes(data)
-    finals = {name: runs / name for name in ["main", *(folder.name for folder in seed_folders(runs))]
-              if (runs / name / "final_model").exists()}
+    finals = {name: runs / name for name in ["main", *seeds] if (runs / name / "final_model").exists()}
     if finals:
         write_final_outcomes(finals, data)
 
@@ -201,7 +201,8 @@ def play_outcomes(run: Path, tasks: int = OUTCOME_TASKS) -> list[list]:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config["seed"])
             for start in range(0, len(todo), len(envs)):
-                chunk, playing = todo[start:start + len(envs)], envs[:len(todo) - start]
+                chunk = todo[start:start + len(envs)]
+                playing = envs[:len(chunk)]
                 run_episodes(policy, playing, chunk, list(range(len(chunk))), sampling,
                              constrained=config["constrained_actions"], max_seq_len=config["max_seq_len"], table=table)
                 for env in playing:
